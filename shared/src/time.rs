@@ -1,0 +1,145 @@
+//! Pure time rules: RFC 3339 parsing, booking phases and overlaps. No I/O; the clock is always a
+//! parameter.
+
+use chrono::{DateTime, Utc};
+
+use crate::api::{BookingPhase, BookingSpec};
+
+/// A timestamp field that could not be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{field}: {value:?} is not an RFC 3339 timestamp ({reason}); write it like 2031-01-10T22:35:00Z or 2031-01-10T23:35:00+01:00"
+)]
+pub struct TimestampError {
+    /// Dotted path of the field, e.g. `spec.start_at`.
+    pub field: String,
+    /// The value as written.
+    pub value: String,
+    /// What is wrong with it.
+    pub reason: String,
+}
+
+/// Parses an RFC 3339 timestamp (`YYYY-MM-DDTHH:MM:SS[.frac](Z|±HH:MM)`) into UTC.
+///
+/// Any offset and any number of fractional digits are accepted; the date/time separator must be
+/// `T` (or `t`), as in RFC 3339's grammar and in Kubernetes' own timestamps. `field` is used in
+/// the error, which names the field, the value and the expected form.
+pub fn parse_rfc3339(field: &str, value: &str) -> Result<DateTime<Utc>, TimestampError> {
+    let err = |reason: &str| TimestampError {
+        field: field.to_owned(),
+        value: value.to_owned(),
+        reason: reason.to_owned(),
+    };
+    if value.trim().is_empty() {
+        return Err(err("it is empty"));
+    }
+    if value.len() > 10 && !matches!(value.as_bytes()[10], b'T' | b't') {
+        return Err(err("date and time must be separated by 'T'"));
+    }
+    DateTime::parse_from_rfc3339(value)
+        .map(|t| t.with_timezone(&Utc))
+        .map_err(|e| {
+            let reason = match e.kind() {
+                chrono::format::ParseErrorKind::OutOfRange => {
+                    "a field is out of range, e.g. an impossible date such as February 30"
+                        .to_owned()
+                }
+                chrono::format::ParseErrorKind::TooShort => {
+                    "it is incomplete: seconds and a time zone offset (Z or ±HH:MM) are required"
+                        .to_owned()
+                }
+                _ => e.to_string(),
+            };
+            err(&reason)
+        })
+}
+
+/// Formats an instant as RFC 3339 UTC with second precision (`2031-01-10T22:35:00Z`), or with
+/// the fractional part when it has one.
+pub fn format_rfc3339(t: DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)
+}
+
+/// A half-open interval of time [start, end).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Slot {
+    /// First instant inside the slot.
+    pub start: DateTime<Utc>,
+    /// First instant after the slot.
+    pub end: DateTime<Utc>,
+}
+
+/// Why a booking's times do not form a slot.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SlotError {
+    /// A timestamp does not parse.
+    #[error(transparent)]
+    Timestamp(#[from] TimestampError),
+    /// `end_at` is not after `start_at`.
+    #[error(
+        "spec.end_at: {end:?} must be after spec.start_at {start:?}; bookings are the half-open interval [start_at, end_at), so give an end_at later than start_at"
+    )]
+    EndNotAfterStart {
+        /// `start_at` as written.
+        start: String,
+        /// `end_at` as written.
+        end: String,
+    },
+}
+
+impl Slot {
+    /// A slot from two instants; `None` unless `start < end`.
+    pub fn new(start: DateTime<Utc>, end: DateTime<Utc>) -> Option<Self> {
+        (start < end).then_some(Self { start, end })
+    }
+
+    /// The slot of a booking spec, with errors naming `spec.start_at` / `spec.end_at`.
+    pub fn of_booking(spec: &BookingSpec) -> Result<Self, SlotError> {
+        let start = parse_rfc3339("spec.start_at", &spec.start_at)?;
+        let end = parse_rfc3339("spec.end_at", &spec.end_at)?;
+        Self::new(start, end).ok_or_else(|| SlotError::EndNotAfterStart {
+            start: spec.start_at.clone(),
+            end: spec.end_at.clone(),
+        })
+    }
+
+    /// Whether `t` lies in [start, end).
+    pub fn contains(&self, t: DateTime<Utc>) -> bool {
+        self.start <= t && t < self.end
+    }
+
+    /// Whether two slots share an instant. Back-to-back slots (one ends when the other starts)
+    /// do not overlap.
+    pub fn overlaps(&self, other: &Slot) -> bool {
+        self.start < other.end && other.start < self.end
+    }
+
+    /// The phase a booking with this slot has at `now`, ignoring arbitration: SCHEDULED before
+    /// the start, IN PROGRESS inside the slot, FINISHED from the end on.
+    pub fn phase_at(&self, now: DateTime<Utc>) -> BookingPhase {
+        if now < self.start {
+            BookingPhase::Scheduled
+        } else if now < self.end {
+            BookingPhase::InProgress
+        } else {
+            BookingPhase::Finished
+        }
+    }
+
+    /// The next instant after `now` at which [`Slot::phase_at`] changes, if any: the start
+    /// while scheduled, the end while in progress, none once finished.
+    pub fn next_boundary(&self, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        if now < self.start {
+            Some(self.start)
+        } else if now < self.end {
+            Some(self.end)
+        } else {
+            None
+        }
+    }
+
+    /// Length of the slot.
+    pub fn duration(&self) -> chrono::Duration {
+        self.end - self.start
+    }
+}
