@@ -5,6 +5,7 @@
 //!   `BookingScheduler`) of `manager.kotaico.de/v1`, wire-compatible with the original operator.
 //! - [`time`]: RFC 3339 parsing, booking slots, phases and overlaps.
 //! - [`schedule`]: cron schedules in IANA time zones, DST-correct.
+//! - [`scheduling`]: BookingScheduler fires (names, missed fires) and notification timing.
 //! - [`crd`]: the generated CustomResourceDefinitions.
 //! - [`validation`]: admission rules (`validate_*`) and defaults (`default_*`) of the four kinds.
 //! - [`overlap`]: the interval index answering which bookings overlap a slot.
@@ -14,4 +15,5 @@
 pub mod api;
 pub mod crd;
 pub mod schedule;
+pub mod scheduling;
 pub mod time;
