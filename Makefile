@@ -7,7 +7,7 @@ VENV := .venv
 PYTHON ?= python3
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: all build test lint fmt-check clippy unit venv crds demo help
+.PHONY: all build test lint fmt-check clippy venv tools crds demo help
 
 all: build
 
@@ -27,6 +27,14 @@ $(VENV)/.installed: tests/requirements.txt
 
 venv: $(VENV)/.installed
 
+# Debian packages the packaging tests use: Go's text/template with sprig renders the Helm chart
+# faithfully without a helm binary (tests/helm-render), and Lua runs the Argo CD health checks.
+PACKAGING_APT := golang-go golang-github-masterminds-sprig-dev golang-gopkg-yaml.v2-dev lua5.1
+tools:
+	@command -v go >/dev/null && command -v lua5.1 >/dev/null \
+	  && test -d /usr/share/gocode/src/github.com/Masterminds/sprig \
+	  || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(PACKAGING_APT); }
+
 fmt-check:
 	$(CARGO) fmt --all --check
 
@@ -35,12 +43,13 @@ clippy:
 
 lint: fmt-check clippy
 
-test: venv lint
+test: venv tools lint
 	$(CARGO) nextest run --workspace --locked --no-fail-fast
 	$(CARGO) test --workspace --doc --locked
 
 crds:
 	$(CARGO) run --quiet --locked -p booking-shared --bin crdgen -- --out-dir manifests/crds
+	cp manifests/crds/*.yaml manifests/helm/crds/
 
 # Until the sandbox lands, the demo shows what the two binaries accept.
 demo: build

@@ -1,26 +1,25 @@
-//! `booking-controller`: reconciles Resources, ResourceMonitors, Bookings and BookingSchedulers
-//! against AWS EC2 and RDS.
+//! `booking-controller`: reconciles Resources, ResourceMonitors and Bookings against AWS EC2 and
+//! RDS. Thin: crypto provider, arguments, logging, then [`booking_controller::run::run`].
 
 use clap::Parser;
+use tracing_subscriber::EnvFilter;
 
-/// Starts and stops tagged EC2 and RDS instance groups for the time slots users book.
-#[derive(Parser, Debug)]
-#[command(name = "booking-controller", version, about)]
-struct Args {
-    /// Namespace to watch; all namespaces when empty.
-    #[arg(long, env = "NAMESPACE", default_value = "")]
-    namespace: String,
-    /// Prefix of the AWS tag keys (`<prefix>managed`, `<prefix>application`, …).
-    #[arg(long, env = "TAG_PREFIX", default_value = "resource-booking/")]
-    tag_prefix: String,
-}
+use booking_controller::config::Args;
 
-fn main() -> anyhow::Result<()> {
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    rustls::crypto::aws_lc_rs::default_provider()
+        .install_default()
+        .map_err(|_| anyhow::anyhow!("a rustls crypto provider was already installed"))?;
     let args = Args::parse();
-    anyhow::bail!(
-        "booking-controller {} (namespace {:?}, tag prefix {:?}): the reconcilers are not part of this build yet",
-        env!("CARGO_PKG_VERSION"),
-        args.namespace,
-        args.tag_prefix
-    )
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    if args.ops.log_json {
+        tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .json()
+            .init();
+    } else {
+        tracing_subscriber::fmt().with_env_filter(filter).init();
+    }
+    booking_controller::run::run(args).await
 }

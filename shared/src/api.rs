@@ -140,6 +140,14 @@ pub struct BookingStatus {
     /// True once every notification of the booking has been sent.
     #[serde(default)]
     pub notification_sent: bool,
+    /// Notifications already sent, as `<index>:<type>:<recipient>` keys, so that each is sent
+    /// at most once.
+    #[serde(
+        rename = "notificationsSent",
+        default,
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub notifications_sent: Vec<String>,
     /// Standard conditions (`Ready`, …).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
@@ -253,6 +261,20 @@ pub struct ResourceStatus {
         skip_serializing_if = "Option::is_none"
     )]
     pub active_booking: Option<String>,
+    /// User of the booking (or manual booking) currently holding the Resource.
+    #[serde(
+        rename = "activeUser",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub active_user: Option<String>,
+    /// End (RFC 3339) of the booking currently holding the Resource.
+    #[serde(
+        rename = "activeUntil",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub active_until: Option<String>,
     /// Standard conditions (`Ready`, `Synced`, `LockedByOther`, `Degraded`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
@@ -398,7 +420,8 @@ pub struct BookingSchedulerStatus {
     /// Next fire time (RFC 3339, UTC).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next: Option<String>,
-    /// Last fire time for which a booking was created (RFC 3339, UTC).
+    /// Last fire time handled (RFC 3339, UTC): a booking was created for it, or it was missed
+    /// beyond `startingDeadlineSeconds` and skipped.
     #[serde(
         rename = "lastFireTime",
         default,

@@ -14,6 +14,8 @@
 
 pub mod api;
 pub mod crd;
+pub mod overlap;
 pub mod schedule;
 pub mod scheduling;
 pub mod time;
+pub mod validation;

@@ -1,24 +1,21 @@
 //! `booking-webhook`: the validating and mutating admission webhook for the booking API.
 
+use booking_webhook::config::Args;
 use clap::Parser;
-
-/// Rejects overlapping or malformed bookings at admission time and fills defaults.
-#[derive(Parser, Debug)]
-#[command(name = "booking-webhook", version, about)]
-struct Args {
-    /// PEM certificate chain served on the HTTPS port.
-    #[arg(long, env = "TLS_CERT_FILE")]
-    tls_cert_file: Option<std::path::PathBuf>,
-    /// PEM private key of the certificate.
-    #[arg(long, env = "TLS_KEY_FILE")]
-    tls_key_file: Option<std::path::PathBuf>,
-}
+use tracing_subscriber::{EnvFilter, fmt};
 
 fn main() -> anyhow::Result<()> {
+    rustls::crypto::aws_lc_rs::default_provider()
+        .install_default()
+        .map_err(|_| anyhow::anyhow!("another rustls crypto provider is already installed"))?;
     let args = Args::parse();
-    anyhow::bail!(
-        "booking-webhook {} (certificate {:?}): the admission server is not part of this build yet",
-        env!("CARGO_PKG_VERSION"),
-        args.tls_cert_file
-    )
+    fmt()
+        .with_env_filter(
+            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
+        )
+        .init();
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?
+        .block_on(booking_webhook::run(args))
 }

@@ -1,0 +1,323 @@
+//! Booking phases and arbitration between the bookings of one Resource (pure; `now` is a
+//! parameter).
+//!
+//! The admission webhook rejects overlapping bookings, but it can be bypassed (it may be down,
+//! or two requests may race), so the controller decides on its own which booking holds a
+//! Resource. The rule is static and needs no memory: bookings are taken in creation order
+//! (`metadata.creationTimestamp`, then name) and each is *accepted* unless its slot overlaps an
+//! already accepted one. Accepted bookings follow the clock (SCHEDULED → IN PROGRESS →
+//! FINISHED); a rejected booking is CONFLICT during its slot and names the booking that holds the
+//! Resource instead. Because the holder is recomputed from all current bookings, a FINISHED
+//! booking can never release a Resource that another booking holds, and deleting a booking
+//! releases the Resource without a finalizer.
+
+use booking_shared::api::{BookingPhase, BookingSpec};
+use booking_shared::time::Slot;
+use chrono::{DateTime, Utc};
+
+/// What arbitration needs to know of one Booking.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BookingView {
+    /// `metadata.name`.
+    pub name: String,
+    /// `metadata.creationTimestamp`; `None` sorts last.
+    pub created: Option<DateTime<Utc>>,
+    /// `spec.user_id`.
+    pub user: String,
+    /// The slot, or why the spec has none (unparseable timestamps).
+    pub slot: Result<Slot, String>,
+    /// Whether `metadata.deletionTimestamp` is set; such a booking holds nothing.
+    pub deleting: bool,
+}
+
+impl BookingView {
+    /// The view of a booking's metadata and spec.
+    pub fn new(
+        name: &str,
+        created: Option<DateTime<Utc>>,
+        spec: &BookingSpec,
+        deleting: bool,
+    ) -> Self {
+        Self {
+            name: name.to_owned(),
+            created,
+            user: spec.user_id.clone(),
+            slot: Slot::of_booking(spec).map_err(|e| e.to_string()),
+            deleting,
+        }
+    }
+}
+
+/// The decision for one booking.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Verdict {
+    /// `metadata.name` of the booking.
+    pub name: String,
+    /// Phase at `now`; `None` when the spec has no valid slot.
+    pub phase: Option<BookingPhase>,
+    /// When rejected: the accepted booking it overlaps (the one holding the Resource).
+    pub conflicts_with: Option<String>,
+    /// Why the spec has no slot, when it has none.
+    pub invalid: Option<String>,
+    /// The next instant at which the phase changes (start, then end); `None` once finished.
+    pub next_boundary: Option<DateTime<Utc>>,
+}
+
+/// The booking holding a Resource at `now`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Holder {
+    /// The Booking's name; `None` for the manual `spec.booked_by` booking.
+    pub booking: Option<String>,
+    /// The user written into `locked-by`.
+    pub user: String,
+    /// End of the hold, written into `locked-until`.
+    pub until: DateTime<Utc>,
+}
+
+/// Decides the phase of every booking of one Resource at `now`. The result is in input order.
+pub fn arbitrate(bookings: &[BookingView], now: DateTime<Utc>) -> Vec<Verdict> {
+    let mut order: Vec<usize> = (0..bookings.len()).collect();
+    order.sort_by(|&a, &b| {
+        let (a, b) = (&bookings[a], &bookings[b]);
+        let key = |v: &BookingView| (v.created.is_none(), v.created, v.name.clone());
+        key(a).cmp(&key(b))
+    });
+    let mut accepted: Vec<(Slot, &str)> = Vec::new();
+    let mut verdicts: Vec<Option<Verdict>> = vec![None; bookings.len()];
+    for i in order {
+        let b = &bookings[i];
+        let verdict = match &b.slot {
+            Err(reason) => Verdict {
+                name: b.name.clone(),
+                phase: None,
+                conflicts_with: None,
+                invalid: Some(reason.clone()),
+                next_boundary: None,
+            },
+            Ok(slot) => {
+                let winner = if b.deleting {
+                    None
+                } else {
+                    accepted
+                        .iter()
+                        .find(|(s, _)| s.overlaps(slot))
+                        .map(|(_, n)| (*n).to_owned())
+                };
+                if winner.is_none() && !b.deleting {
+                    accepted.push((*slot, &b.name));
+                }
+                let clock_phase = slot.phase_at(now);
+                let phase = match (&winner, clock_phase) {
+                    (Some(_), BookingPhase::InProgress) => BookingPhase::Conflict,
+                    (_, p) => p,
+                };
+                Verdict {
+                    name: b.name.clone(),
+                    phase: Some(phase),
+                    conflicts_with: winner,
+                    invalid: None,
+                    next_boundary: slot.next_boundary(now),
+                }
+            }
+        };
+        verdicts[i] = Some(verdict);
+    }
+    verdicts.into_iter().flatten().collect()
+}
+
+/// The accepted booking IN PROGRESS at `now`, if any (at most one exists by construction).
+pub fn holder(bookings: &[BookingView], verdicts: &[Verdict]) -> Option<Holder> {
+    bookings.iter().zip(verdicts).find_map(|(b, v)| {
+        (v.phase == Some(BookingPhase::InProgress) && !b.deleting)
+            .then(|| b.slot.as_ref().ok())
+            .flatten()
+            .map(|slot| Holder {
+                booking: Some(b.name.clone()),
+                user: b.user.clone(),
+                until: slot.end,
+            })
+    })
+}
+
+/// The earliest phase change among `verdicts`, if any.
+pub fn next_boundary(verdicts: &[Verdict]) -> Option<DateTime<Utc>> {
+    verdicts.iter().filter_map(|v| v.next_boundary).min()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+
+    fn t(h: u32, m: u32) -> DateTime<Utc> {
+        Utc.with_ymd_and_hms(2031, 1, 10, h, m, 0).unwrap()
+    }
+
+    fn b(name: &str, created: DateTime<Utc>, start: (u32, u32), end: (u32, u32)) -> BookingView {
+        BookingView {
+            name: name.into(),
+            created: Some(created),
+            user: format!("user-{name}"),
+            slot: Ok(Slot::new(t(start.0, start.1), t(end.0, end.1)).unwrap()),
+            deleting: false,
+        }
+    }
+
+    use BookingPhase::*;
+
+    #[test]
+    fn phases_follow_the_clock_and_arbitration() {
+        struct Case {
+            what: &'static str,
+            bookings: Vec<BookingView>,
+            now: DateTime<Utc>,
+            phases: Vec<Option<BookingPhase>>,
+            holder: Option<&'static str>,
+            next: Option<DateTime<Utc>>,
+        }
+        let cases = vec![
+            Case {
+                what: "single booking before its slot",
+                bookings: vec![b("a", t(1, 0), (10, 0), (11, 0))],
+                now: t(9, 59),
+                phases: vec![Some(Scheduled)],
+                holder: None,
+                next: Some(t(10, 0)),
+            },
+            Case {
+                what: "start instant is inside the slot",
+                bookings: vec![b("a", t(1, 0), (10, 0), (11, 0))],
+                now: t(10, 0),
+                phases: vec![Some(InProgress)],
+                holder: Some("a"),
+                next: Some(t(11, 0)),
+            },
+            Case {
+                what: "end instant is outside the slot",
+                bookings: vec![b("a", t(1, 0), (10, 0), (11, 0))],
+                now: t(11, 0),
+                phases: vec![Some(Finished)],
+                holder: None,
+                next: None,
+            },
+            Case {
+                what: "later-created overlapping booking conflicts, whatever its input order",
+                bookings: vec![
+                    b("late", t(2, 0), (10, 30), (12, 0)),
+                    b("early", t(1, 0), (10, 0), (11, 0)),
+                ],
+                now: t(10, 45),
+                phases: vec![Some(Conflict), Some(InProgress)],
+                holder: Some("early"),
+                next: Some(t(11, 0)),
+            },
+            Case {
+                what: "a finished winner does not hand over to the rejected booking",
+                bookings: vec![
+                    b("early", t(1, 0), (10, 0), (11, 0)),
+                    b("late", t(2, 0), (10, 30), (12, 0)),
+                ],
+                now: t(11, 30),
+                phases: vec![Some(Finished), Some(Conflict)],
+                holder: None,
+                next: Some(t(12, 0)),
+            },
+            Case {
+                what: "a finished booking never releases a resource another booking holds",
+                bookings: vec![
+                    b("first", t(1, 0), (9, 0), (10, 0)),
+                    b("second", t(2, 0), (10, 0), (12, 0)),
+                ],
+                now: t(10, 0),
+                phases: vec![Some(Finished), Some(InProgress)],
+                holder: Some("second"),
+                next: Some(t(12, 0)),
+            },
+            Case {
+                what: "equal creation times: name decides",
+                bookings: vec![
+                    b("b", t(1, 0), (10, 0), (11, 0)),
+                    b("a", t(1, 0), (10, 0), (11, 0)),
+                ],
+                now: t(10, 10),
+                phases: vec![Some(Conflict), Some(InProgress)],
+                holder: Some("a"),
+                next: Some(t(11, 0)),
+            },
+            Case {
+                what: "a rejected booking does not block a third that only overlaps it",
+                bookings: vec![
+                    b("a", t(1, 0), (10, 0), (11, 0)),
+                    b("b", t(2, 0), (10, 30), (11, 30)),
+                    b("c", t(3, 0), (11, 15), (12, 0)),
+                ],
+                now: t(11, 20),
+                phases: vec![Some(Finished), Some(Conflict), Some(InProgress)],
+                holder: Some("c"),
+                next: Some(t(11, 30)),
+            },
+            Case {
+                what: "a rejected booking is SCHEDULED before its slot",
+                bookings: vec![
+                    b("a", t(1, 0), (10, 0), (11, 0)),
+                    b("b", t(2, 0), (10, 30), (11, 30)),
+                ],
+                now: t(9, 0),
+                phases: vec![Some(Scheduled), Some(Scheduled)],
+                holder: None,
+                next: Some(t(10, 0)),
+            },
+        ];
+        for case in cases {
+            let verdicts = arbitrate(&case.bookings, case.now);
+            let phases: Vec<_> = verdicts.iter().map(|v| v.phase).collect();
+            assert_eq!(phases, case.phases, "{}", case.what);
+            let h = holder(&case.bookings, &verdicts);
+            assert_eq!(
+                h.as_ref().and_then(|h| h.booking.as_deref()),
+                case.holder,
+                "{}",
+                case.what
+            );
+            assert_eq!(next_boundary(&verdicts), case.next, "{}", case.what);
+        }
+    }
+
+    #[test]
+    fn conflict_names_the_winner() {
+        let bookings = vec![
+            b("early", t(1, 0), (10, 0), (11, 0)),
+            b("late", t(2, 0), (10, 30), (12, 0)),
+        ];
+        let v = arbitrate(&bookings, t(10, 45));
+        assert_eq!(v[1].conflicts_with.as_deref(), Some("early"));
+        assert_eq!(v[0].conflicts_with, None);
+        let h = holder(&bookings, &v).unwrap();
+        assert_eq!(h.user, "user-early");
+        assert_eq!(h.until, t(11, 0));
+    }
+
+    #[test]
+    fn deleting_and_invalid_bookings_hold_nothing() {
+        let mut deleting = b("a", t(1, 0), (10, 0), (11, 0));
+        deleting.deleting = true;
+        let invalid = BookingView {
+            name: "bad".into(),
+            created: Some(t(0, 0)),
+            user: "u".into(),
+            slot: Err("spec.start_at: not a timestamp".into()),
+            deleting: false,
+        };
+        let other = b("b", t(2, 0), (10, 0), (11, 0));
+        let bookings = vec![deleting, invalid, other];
+        let v = arbitrate(&bookings, t(10, 30));
+        assert_eq!(v[1].phase, None);
+        assert!(v[1].invalid.as_deref().unwrap().contains("start_at"));
+        assert_eq!(
+            v[2].phase,
+            Some(InProgress),
+            "the deleting booking blocks nothing"
+        );
+        assert_eq!(holder(&bookings, &v).unwrap().booking.as_deref(), Some("b"));
+    }
+}

@@ -1,0 +1,188 @@
+//! The executor against a fake EC2 that records its calls.
+
+use std::sync::Mutex;
+
+use futures::FutureExt;
+use futures::future::BoxFuture;
+
+use super::*;
+use crate::aws::{Ec2Filter, Page};
+
+#[derive(Default)]
+struct FakeEc2 {
+    calls: Mutex<Vec<(String, Vec<String>, bool)>>,
+}
+
+impl FakeEc2 {
+    fn calls(&self) -> Vec<(String, Vec<String>, bool)> {
+        self.calls.lock().unwrap().clone()
+    }
+    fn check(&self, op: &str, ids: &[String], hibernate: bool) -> AwsResult<()> {
+        self.calls
+            .lock()
+            .unwrap()
+            .push((op.to_owned(), ids.to_vec(), hibernate));
+        if ids.iter().any(|i| i == "i-bad") {
+            return Err(AwsError::new(
+                "IncorrectInstanceState",
+                "The instance 'i-bad' is not in a state from which it can be started.",
+            ));
+        }
+        if hibernate && ids.iter().any(|i| i == "i-nohib") {
+            return Err(AwsError::new(
+                "UnsupportedHibernationConfiguration",
+                "not configured for hibernation",
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl Ec2Api for FakeEc2 {
+    fn describe_instances<'a>(
+        &'a self,
+        _: &'a str,
+        _: &'a Ec2Filter,
+        _: Option<String>,
+    ) -> BoxFuture<'a, AwsResult<Page>> {
+        async { Ok((vec![], None)) }.boxed()
+    }
+    fn start_instances<'a>(
+        &'a self,
+        _: &'a str,
+        ids: &'a [String],
+    ) -> BoxFuture<'a, AwsResult<()>> {
+        async move { self.check("start", ids, false) }.boxed()
+    }
+    fn stop_instances<'a>(
+        &'a self,
+        _: &'a str,
+        ids: &'a [String],
+        hibernate: bool,
+    ) -> BoxFuture<'a, AwsResult<()>> {
+        async move { self.check("stop", ids, hibernate) }.boxed()
+    }
+    fn create_tags<'a>(
+        &'a self,
+        _: &'a str,
+        ids: &'a [String],
+        _: &'a [(String, String)],
+    ) -> BoxFuture<'a, AwsResult<()>> {
+        async move { self.check("tag", ids, false) }.boxed()
+    }
+    fn delete_tags<'a>(
+        &'a self,
+        _: &'a str,
+        ids: &'a [String],
+        _: &'a [String],
+    ) -> BoxFuture<'a, AwsResult<()>> {
+        async move { self.check("untag", ids, false) }.boxed()
+    }
+}
+
+struct NoRds;
+impl RdsApi for NoRds {
+    fn describe_db_instances<'a>(
+        &'a self,
+        _: &'a str,
+        _: Option<String>,
+    ) -> BoxFuture<'a, AwsResult<Page>> {
+        async { Ok((vec![], None)) }.boxed()
+    }
+    fn start_db_instance<'a>(&'a self, _: &'a str, _: &'a str) -> BoxFuture<'a, AwsResult<()>> {
+        async { Ok(()) }.boxed()
+    }
+    fn stop_db_instance<'a>(&'a self, _: &'a str, _: &'a str) -> BoxFuture<'a, AwsResult<()>> {
+        async { Ok(()) }.boxed()
+    }
+    fn add_tags<'a>(
+        &'a self,
+        _: &'a str,
+        _: &'a str,
+        _: &'a [(String, String)],
+    ) -> BoxFuture<'a, AwsResult<()>> {
+        async { Ok(()) }.boxed()
+    }
+    fn remove_tags<'a>(
+        &'a self,
+        _: &'a str,
+        _: &'a str,
+        _: &'a [String],
+    ) -> BoxFuture<'a, AwsResult<()>> {
+        async { Ok(()) }.boxed()
+    }
+}
+
+fn ids(prefix: &str, n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("i-{prefix}{i:05}")).collect()
+}
+
+#[tokio::test]
+async fn starts_of_many_groups_are_coalesced_into_batches_of_at_most_1000() {
+    let ec2 = Arc::new(FakeEc2::default());
+    let exec = Arc::new(Executor::new(
+        ec2.clone(),
+        Arc::new(NoRds),
+        Duration::from_millis(30),
+    ));
+    // 250 groups of 10 instances each, requested concurrently, plus one group in another region.
+    let mut tasks = Vec::new();
+    for g in 0..250 {
+        let exec = exec.clone();
+        tasks.push(tokio::spawn(async move {
+            exec.start(Kind::Ec2, "eu-west-1", &ids(&format!("{g:03}x"), 10))
+                .await
+        }));
+    }
+    let other = exec.start(Kind::Ec2, "us-east-1", &ids("us", 3)).await;
+    let mut ok = other.iter().filter(|(_, r)| r.is_ok()).count();
+    for t in tasks {
+        ok += t.await.unwrap().iter().filter(|(_, r)| r.is_ok()).count();
+    }
+    assert_eq!(ok, 2503);
+    let calls = ec2.calls();
+    let sizes: Vec<usize> = calls.iter().map(|(_, ids, _)| ids.len()).collect();
+    assert!(sizes.iter().all(|s| *s <= MAX_IDS_PER_CALL), "{sizes:?}");
+    assert!(
+        calls.len() <= 5,
+        "2503 starts took {} calls: {sizes:?}",
+        calls.len()
+    );
+}
+
+#[tokio::test]
+async fn one_failing_member_does_not_block_the_others() {
+    let ec2 = Arc::new(FakeEc2::default());
+    let exec = Executor::new(ec2.clone(), Arc::new(NoRds), Duration::from_millis(10));
+    let members = vec!["i-a".to_string(), "i-bad".to_string(), "i-b".to_string()];
+    let out = exec.start(Kind::Ec2, "eu-west-1", &members).await;
+    let errs: Vec<_> = out
+        .iter()
+        .filter_map(|(id, r)| r.as_ref().err().map(|e| (id.as_str(), e.code.as_str())))
+        .collect();
+    assert_eq!(errs, vec![("i-bad", "IncorrectInstanceState")]);
+    assert_eq!(out.len(), 3);
+    // One batch, then one call per member.
+    assert_eq!(ec2.calls().len(), 4);
+}
+
+#[tokio::test]
+async fn hibernation_falls_back_to_a_plain_stop() {
+    let ec2 = Arc::new(FakeEc2::default());
+    let exec = Executor::new(ec2.clone(), Arc::new(NoRds), Duration::from_millis(10));
+    let out = exec
+        .stop(
+            Kind::Ec2,
+            "eu-west-1",
+            &["i-nohib".to_string(), "i-ok".to_string()],
+            true,
+        )
+        .await;
+    assert!(out.iter().all(|(_, r)| r.is_ok()), "{out:?}");
+    let calls = ec2.calls();
+    assert!(
+        calls.contains(&("stop".to_string(), vec!["i-nohib".to_string()], false)),
+        "plain stop after the refusal: {calls:?}"
+    );
+    assert!(calls.contains(&("stop".to_string(), vec!["i-ok".to_string()], true)));
+}

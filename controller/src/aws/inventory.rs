@@ -1,0 +1,297 @@
+//! Inventories: one per (type, region), shared by every Resource and ResourceMonitor.
+//!
+//! A refresh is a paginated listing — EC2 DescribeInstances filtered on the managed tag key
+//! (both key forms in one `tag-key` filter), RDS DescribeDBInstances with tags from `TagList` —
+//! so the AWS calls per refresh are the number of pages, independent of how many Resources
+//! exist. Reconcilers only read snapshots. A targeted refresh of one group (one filtered describe
+//! for EC2) makes a freshly tagged group visible at once.
+//!
+//! A listing that fails part-way leaves the previous snapshot in place and marks it not
+//! `complete`, so nothing (e.g. pruning) acts on a listing that was cut short.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use tokio::sync::{Notify, watch};
+
+use super::{AwsResult, Ec2Api, Ec2Filter, RdsApi};
+use crate::metrics::Metrics;
+use crate::model::{InventoryKey, Kind, Member};
+use crate::tags::{Key, TagKeys};
+
+/// The last observation of one (type, region).
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    /// Managed members with their group tag.
+    pub members: Vec<Member>,
+    /// When the listing that produced `members` began.
+    pub observed_at: DateTime<Utc>,
+    /// Whether the last full listing completed (every page read).
+    pub complete: bool,
+    /// The error of the last full listing, when it failed.
+    pub error: Option<String>,
+    /// Groups refreshed on their own since the last full listing, and when.
+    pub group_observed_at: BTreeMap<String, DateTime<Utc>>,
+}
+
+impl Snapshot {
+    /// The members of one group.
+    pub fn group(&self, keys: &TagKeys, tag: &str) -> Vec<Member> {
+        self.members
+            .iter()
+            .filter(|m| m.application(keys) == Some(tag))
+            .cloned()
+            .collect()
+    }
+
+    /// When the members of group `tag` were last observed.
+    pub fn observed_at(&self, tag: &str) -> DateTime<Utc> {
+        self.group_observed_at
+            .get(tag)
+            .copied()
+            .unwrap_or(self.observed_at)
+            .max(self.observed_at)
+    }
+
+    /// The group tags present.
+    pub fn groups(&self, keys: &TagKeys) -> BTreeSet<String> {
+        self.members
+            .iter()
+            .filter_map(|m| m.application(keys).map(str::to_owned))
+            .collect()
+    }
+}
+
+/// The shared inventories.
+pub struct Inventory {
+    ec2: Arc<dyn Ec2Api>,
+    rds: Arc<dyn RdsApi>,
+    keys: TagKeys,
+    metrics: Metrics,
+    snapshots: RwLock<HashMap<InventoryKey, Snapshot>>,
+    wanted: Mutex<BTreeSet<InventoryKey>>,
+    refresh_now: Notify,
+    changed: watch::Sender<u64>,
+    scanned: watch::Sender<u64>,
+}
+
+impl Inventory {
+    /// Inventories over the given APIs.
+    pub fn new(
+        ec2: Arc<dyn Ec2Api>,
+        rds: Arc<dyn RdsApi>,
+        keys: TagKeys,
+        metrics: Metrics,
+    ) -> Self {
+        Self {
+            ec2,
+            rds,
+            keys,
+            metrics,
+            snapshots: RwLock::default(),
+            wanted: Mutex::default(),
+            refresh_now: Notify::new(),
+            changed: watch::channel(0).0,
+            scanned: watch::channel(0).0,
+        }
+    }
+
+    /// The tag keys.
+    pub fn keys(&self) -> &TagKeys {
+        &self.keys
+    }
+
+    /// Registers interest in `key`; returns whether it is new (then a refresh is requested).
+    pub fn want(&self, key: &InventoryKey) -> bool {
+        let new = self
+            .wanted
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(key.clone());
+        if new {
+            self.refresh_now.notify_one();
+        }
+        new
+    }
+
+    /// The current snapshot of `key`, if one was ever taken.
+    pub fn snapshot(&self, key: &InventoryKey) -> Option<Snapshot> {
+        self.snapshots
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(key)
+            .cloned()
+    }
+
+    /// Asks the refresh loop to refresh every wanted inventory now (after a start or stop).
+    pub fn request_refresh(&self) {
+        self.refresh_now.notify_one();
+    }
+
+    /// A receiver that changes after every refresh that changed a snapshot.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.changed.subscribe()
+    }
+
+    /// A receiver that changes after every full refresh, changed or not (monitors report their
+    /// last scan time).
+    pub fn subscribe_scans(&self) -> watch::Receiver<u64> {
+        self.scanned.subscribe()
+    }
+
+    fn publish(&self) {
+        self.changed.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    async fn list_all(
+        &self,
+        key: &InventoryKey,
+        filter: Option<&Ec2Filter>,
+    ) -> AwsResult<Vec<Member>> {
+        let mut out = Vec::new();
+        let mut token: Option<String> = None;
+        loop {
+            let (page, next) = match key.kind {
+                Kind::Ec2 => {
+                    let all = Ec2Filter::TagKeys(self.keys.read_forms(Key::Managed));
+                    self.ec2
+                        .describe_instances(&key.region, filter.unwrap_or(&all), token.take())
+                        .await?
+                }
+                Kind::Rds => {
+                    self.rds
+                        .describe_db_instances(&key.region, token.take())
+                        .await?
+                }
+            };
+            out.extend(page.into_iter().filter(|m| self.keys.is_managed(&m.tags)));
+            match next {
+                Some(n) => token = Some(n),
+                None => return Ok(out),
+            }
+        }
+    }
+
+    /// A full, paginated refresh of `key`. On failure the previous members stay, marked
+    /// incomplete, and the error is returned.
+    pub async fn refresh(&self, key: &InventoryKey) -> AwsResult<()> {
+        let began = Utc::now();
+        let timer = Instant::now();
+        let result = self.list_all(key, None).await;
+        self.metrics.refresh_took(
+            key.kind.as_str(),
+            &key.region,
+            timer.elapsed().as_secs_f64(),
+        );
+        let changed;
+        {
+            let mut snaps = self.snapshots.write().unwrap_or_else(|p| p.into_inner());
+            match &result {
+                Ok(members) => {
+                    let old = snaps.get(key);
+                    changed = old.is_none_or(|o| &o.members != members || !o.complete);
+                    snaps.insert(
+                        key.clone(),
+                        Snapshot {
+                            members: members.clone(),
+                            observed_at: began,
+                            complete: true,
+                            error: None,
+                            group_observed_at: BTreeMap::new(),
+                        },
+                    );
+                }
+                Err(e) => {
+                    let snap = snaps.entry(key.clone()).or_insert_with(|| Snapshot {
+                        members: Vec::new(),
+                        observed_at: began,
+                        complete: false,
+                        error: None,
+                        group_observed_at: BTreeMap::new(),
+                    });
+                    changed = snap.complete || snap.error.is_none();
+                    snap.complete = false;
+                    snap.error = Some(e.to_string());
+                }
+            }
+        }
+        if changed {
+            self.publish();
+        }
+        self.scanned.send_modify(|n| *n = n.wrapping_add(1));
+        result.map(drop)
+    }
+
+    /// A targeted refresh of one group: for EC2 one DescribeInstances filtered on the tag value;
+    /// for RDS (whose listing cannot filter on tags) a full refresh of the region.
+    pub async fn refresh_group(&self, key: &InventoryKey, tag: &str) -> AwsResult<()> {
+        if key.kind == Kind::Rds || self.snapshot(key).is_none() {
+            return self.refresh(key).await;
+        }
+        let began = Utc::now();
+        let filter = Ec2Filter::TagValue(tag.to_owned());
+        let fresh: Vec<Member> = self
+            .list_all(key, Some(&filter))
+            .await?
+            .into_iter()
+            .filter(|m| m.application(&self.keys) == Some(tag))
+            .collect();
+        let changed = {
+            let mut snaps = self.snapshots.write().unwrap_or_else(|p| p.into_inner());
+            let Some(snap) = snaps.get_mut(key) else {
+                return Ok(());
+            };
+            let mut members: Vec<Member> = snap
+                .members
+                .iter()
+                .filter(|m| m.application(&self.keys) != Some(tag))
+                .cloned()
+                .collect();
+            let before: BTreeMap<&str, &Member> = snap
+                .members
+                .iter()
+                .filter(|m| m.application(&self.keys) == Some(tag))
+                .map(|m| (m.id.as_str(), m))
+                .collect();
+            let after: BTreeMap<&str, &Member> = fresh.iter().map(|m| (m.id.as_str(), m)).collect();
+            let changed = before != after;
+            members.extend(fresh.iter().cloned());
+            snap.members = members;
+            snap.group_observed_at.insert(tag.to_owned(), began);
+            changed
+        };
+        if changed {
+            self.publish();
+        }
+        Ok(())
+    }
+
+    /// Refreshes every wanted inventory every `interval`, and at once when asked. Runs forever.
+    pub async fn run(self: Arc<Self>, interval: Duration) {
+        loop {
+            let keys: Vec<InventoryKey> = self
+                .wanted
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .iter()
+                .cloned()
+                .collect();
+            let this = &self;
+            let refreshes = keys.iter().map(|k| async move {
+                if let Err(e) = this.refresh(k).await {
+                    tracing::warn!(kind = %k.kind, region = %k.region, error = %e, "inventory refresh failed; keeping the previous snapshot");
+                }
+            });
+            futures::future::join_all(refreshes).await;
+            tokio::select! {
+                _ = tokio::time::sleep(interval) => {}
+                _ = self.refresh_now.notified() => {
+                    // Coalesce bursts of requests (many groups acting at once).
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            }
+        }
+    }
+}

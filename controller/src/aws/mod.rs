@@ -1,0 +1,148 @@
+//! The AWS layer: small traits over the EC2 and RDS calls the controller makes ([`Ec2Api`],
+//! [`RdsApi`]), their SDK implementations ([`sdk`]), the shared inventories ([`inventory`]) and
+//! the executor that batches starts and stops ([`executor`]).
+//!
+//! Pagination, batching, retries of single members and the hibernation fallback live above the
+//! traits, so they are the same for the SDK and for fakes.
+
+pub mod executor;
+pub mod inventory;
+pub mod sdk;
+
+use futures::future::BoxFuture;
+
+use crate::model::Member;
+
+/// An AWS call that failed: the AWS error code (`IncorrectInstanceState`, `Throttling`, …, or
+/// a transport error class) and message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{code}: {message}")]
+pub struct AwsError {
+    /// AWS's error code, or `DispatchFailure`/`TimedOut`/`Unknown` when there is none.
+    pub code: String,
+    /// AWS's message.
+    pub message: String,
+}
+
+impl AwsError {
+    /// An error from a code and message.
+    pub fn new(code: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            code: code.into(),
+            message: message.into(),
+        }
+    }
+
+    /// Whether the call may succeed later without any change on our side: transitional states
+    /// (`IncorrectInstanceState`, `InvalidDBInstanceState`) and throttling. (The SDK's own retry
+    /// policy already retried throttling; these are retried again by the plan's backoff.)
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self.code.as_str(),
+            "IncorrectInstanceState"
+                | "InvalidDBInstanceState"
+                | "InvalidDBInstanceStateFault"
+                | "Throttling"
+                | "ThrottlingException"
+                | "RequestLimitExceeded"
+                | "DispatchFailure"
+                | "TimedOut"
+        )
+    }
+
+    /// Whether AWS refused hibernation for the instance, so a plain stop should be tried.
+    pub fn is_hibernation_unsupported(&self) -> bool {
+        matches!(
+            self.code.as_str(),
+            "UnsupportedHibernationConfiguration" | "UnsupportedOperation"
+        )
+    }
+}
+
+/// Result of an AWS call.
+pub type AwsResult<T> = Result<T, AwsError>;
+
+/// Which EC2 instances a DescribeInstances call asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ec2Filter {
+    /// Instances carrying any of these tag keys (the managed key in both forms): one filter
+    /// `tag-key` whose values are ORed by AWS.
+    TagKeys(Vec<String>),
+    /// Instances carrying a tag with this value (a targeted refresh of one group; the key form
+    /// is checked locally so one call covers both key forms).
+    TagValue(String),
+}
+
+/// One page of a listing and the token of the next page.
+pub type Page = (Vec<Member>, Option<String>);
+
+/// The EC2 calls the controller makes. `region` is an AWS region name.
+pub trait Ec2Api: Send + Sync {
+    /// One page of DescribeInstances (MaxResults 1000) with `filter`, after `token`.
+    fn describe_instances<'a>(
+        &'a self,
+        region: &'a str,
+        filter: &'a Ec2Filter,
+        token: Option<String>,
+    ) -> BoxFuture<'a, AwsResult<Page>>;
+    /// StartInstances for up to 1000 IDs.
+    fn start_instances<'a>(
+        &'a self,
+        region: &'a str,
+        ids: &'a [String],
+    ) -> BoxFuture<'a, AwsResult<()>>;
+    /// StopInstances for up to 1000 IDs, with hibernation when `hibernate`.
+    fn stop_instances<'a>(
+        &'a self,
+        region: &'a str,
+        ids: &'a [String],
+        hibernate: bool,
+    ) -> BoxFuture<'a, AwsResult<()>>;
+    /// CreateTags on up to 1000 IDs.
+    fn create_tags<'a>(
+        &'a self,
+        region: &'a str,
+        ids: &'a [String],
+        tags: &'a [(String, String)],
+    ) -> BoxFuture<'a, AwsResult<()>>;
+    /// DeleteTags (keys only, any value) on up to 1000 IDs.
+    fn delete_tags<'a>(
+        &'a self,
+        region: &'a str,
+        ids: &'a [String],
+        keys: &'a [String],
+    ) -> BoxFuture<'a, AwsResult<()>>;
+}
+
+/// The RDS calls the controller makes. RDS has no batch start/stop: one call per DB instance.
+pub trait RdsApi: Send + Sync {
+    /// One page of DescribeDBInstances (MaxRecords 100) after `marker`; tags from `TagList`.
+    fn describe_db_instances<'a>(
+        &'a self,
+        region: &'a str,
+        marker: Option<String>,
+    ) -> BoxFuture<'a, AwsResult<Page>>;
+    /// StartDBInstance.
+    fn start_db_instance<'a>(
+        &'a self,
+        region: &'a str,
+        id: &'a str,
+    ) -> BoxFuture<'a, AwsResult<()>>;
+    /// StopDBInstance.
+    fn stop_db_instance<'a>(&'a self, region: &'a str, id: &'a str)
+    -> BoxFuture<'a, AwsResult<()>>;
+    /// AddTagsToResource on a DB instance ARN.
+    fn add_tags<'a>(
+        &'a self,
+        region: &'a str,
+        arn: &'a str,
+        tags: &'a [(String, String)],
+    ) -> BoxFuture<'a, AwsResult<()>>;
+    /// RemoveTagsFromResource on a DB instance ARN.
+    fn remove_tags<'a>(
+        &'a self,
+        region: &'a str,
+        arn: &'a str,
+        keys: &'a [String],
+    ) -> BoxFuture<'a, AwsResult<()>>;
+}

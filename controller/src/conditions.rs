@@ -1,0 +1,108 @@
+//! Standard Kubernetes conditions (`type`, `status`, `reason`, `message`,
+//! `lastTransitionTime`, `observedGeneration`), merged so that `lastTransitionTime` only moves
+//! when `status` changes, as the API conventions require.
+
+use chrono::{DateTime, Utc};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+
+/// A condition as a plan states it, before timestamps.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CondSpec {
+    /// `type`, e.g. `Ready`.
+    pub type_: String,
+    /// `status` True/False.
+    pub status: bool,
+    /// PascalCase `reason`.
+    pub reason: String,
+    /// Human-readable `message`.
+    pub message: String,
+}
+
+impl CondSpec {
+    /// A condition.
+    pub fn new(type_: &str, status: bool, reason: &str, message: &str) -> Self {
+        Self {
+            type_: type_.to_owned(),
+            status,
+            reason: reason.to_owned(),
+            message: message.to_owned(),
+        }
+    }
+}
+
+/// Converts a chrono instant to the Kubernetes `Time` (which wraps `jiff::Timestamp`).
+pub fn k8s_time(t: DateTime<Utc>) -> Time {
+    let ts = k8s_openapi::jiff::Timestamp::new(t.timestamp(), t.timestamp_subsec_nanos() as i32)
+        .unwrap_or(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
+    Time(ts)
+}
+
+/// Converts a Kubernetes `Time` to chrono.
+pub fn chrono_time(t: &Time) -> DateTime<Utc> {
+    DateTime::from_timestamp(t.0.as_second(), t.0.subsec_nanosecond().max(0) as u32)
+        .unwrap_or_default()
+}
+
+/// The new condition list: `wanted` in order, keeping the previous `lastTransitionTime` of a
+/// condition whose status did not change, `now` otherwise.
+pub fn merge(
+    previous: &[Condition],
+    wanted: &[CondSpec],
+    generation: Option<i64>,
+    now: DateTime<Utc>,
+) -> Vec<Condition> {
+    wanted
+        .iter()
+        .map(|w| {
+            let status = if w.status { "True" } else { "False" };
+            let last = previous
+                .iter()
+                .find(|p| p.type_ == w.type_ && p.status == status)
+                .map(|p| p.last_transition_time.clone())
+                .unwrap_or_else(|| k8s_time(now));
+            Condition {
+                type_: w.type_.clone(),
+                status: status.to_owned(),
+                reason: w.reason.clone(),
+                message: w.message.clone(),
+                last_transition_time: last,
+                observed_generation: generation,
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+
+    #[test]
+    fn transition_time_moves_only_when_status_changes() {
+        let t0 = Utc.with_ymd_and_hms(2031, 1, 1, 0, 0, 0).unwrap();
+        let t1 = t0 + chrono::Duration::minutes(5);
+        let first = merge(
+            &[],
+            &[CondSpec::new("Ready", false, "Starting", "m")],
+            Some(1),
+            t0,
+        );
+        let same = merge(
+            &first,
+            &[CondSpec::new("Ready", false, "Starting", "m2")],
+            Some(2),
+            t1,
+        );
+        assert_eq!(chrono_time(&same[0].last_transition_time), t0);
+        assert_eq!(same[0].message, "m2");
+        assert_eq!(same[0].observed_generation, Some(2));
+        let flipped = merge(
+            &same,
+            &[CondSpec::new("Ready", true, "Running", "ok")],
+            Some(2),
+            t1,
+        );
+        assert_eq!(chrono_time(&flipped[0].last_transition_time), t1);
+        assert_eq!(flipped[0].status, "True");
+    }
+}

@@ -1,0 +1,661 @@
+//! Notifications sent shortly before a booking ends: email (SMTP via lettre) and webhook (an
+//! HTTPS POST of a small JSON document that Slack-compatible incoming webhooks accept).
+//!
+//! Rendering is pure ([`render`], [`message_id`]); [`Notifiers`] performs the sending. Which
+//! notification is due when is decided by `booking_shared::scheduling`; recording what was sent
+//! (at most once) is the booking reconciler's job. Every email carries a Message-ID derived from
+//! the booking's uid and the notification, so that the rare duplicate after a crash between
+//! sending and recording is recognised as the same message by mail clients.
+
+use std::{path::PathBuf, sync::Arc, time::Duration as StdDuration};
+
+use booking_shared::{api::Notification, time::format_rfc3339};
+use chrono::{DateTime, Utc};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper_util::{client::legacy::Client, rt::TokioExecutor};
+use lettre::{
+    AsyncSmtpTransport, AsyncTransport, Message as Email, Tokio1Executor,
+    message::{Mailbox, MultiPart},
+    transport::smtp::{
+        PoolConfig,
+        authentication::{Credentials, Mechanism},
+        client::{Certificate, Tls, TlsParameters},
+    },
+};
+use sha2::{Digest, Sha256};
+
+/// How the SMTP connection is secured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum SmtpSecurity {
+    /// Plain connection upgraded with STARTTLS, which is required (port 587).
+    Starttls,
+    /// TLS from the first byte (implicit TLS, port 465).
+    Tls,
+    /// No encryption (local relays only). Credentials are refused in this mode.
+    None,
+}
+
+/// SMTP settings, read once at start-up (`SMTP_HOST`, `SMTP_PORT`, … as the original documents).
+#[derive(Debug, Clone, clap::Args)]
+pub struct SmtpSettings {
+    /// SMTP server host name; email notifications are disabled when unset.
+    #[arg(long = "smtp-host", env = "SMTP_HOST")]
+    pub host: Option<String>,
+    /// SMTP server port.
+    #[arg(long = "smtp-port", env = "SMTP_PORT", default_value_t = 587)]
+    pub port: u16,
+    /// SMTP user name; with it, the controller always authenticates and never sends without.
+    #[arg(long = "smtp-username", env = "SMTP_USERNAME")]
+    pub username: Option<String>,
+    /// SMTP password.
+    #[arg(long = "smtp-password", env = "SMTP_PASSWORD", hide_env_values = true)]
+    pub password: Option<String>,
+    /// Sender address of notification emails, e.g. `Resource booking <booking@example.com>`.
+    #[arg(long = "smtp-sender", env = "SMTP_SENDER")]
+    pub sender: Option<String>,
+    /// Transport security.
+    #[arg(
+        long = "smtp-security",
+        env = "SMTP_SECURITY",
+        value_enum,
+        default_value = "starttls"
+    )]
+    pub security: SmtpSecurity,
+    /// Extra PEM CA certificate trusted for the SMTP server (e.g. an internal relay).
+    #[arg(long = "smtp-ca-file", env = "SMTP_CA_FILE")]
+    pub ca_file: Option<PathBuf>,
+}
+
+/// A notification that could not be sent.
+#[derive(Debug, thiserror::Error)]
+pub enum NotifyError {
+    /// The notification's type is not one this controller can send.
+    #[error("notification type {0:?} is not supported; use email or webhook")]
+    UnknownType(String),
+    /// Email notifications are requested but no SMTP server is configured.
+    #[error("email notifications need SMTP_HOST and SMTP_SENDER to be configured")]
+    EmailNotConfigured,
+    /// The recipient is not usable for its type.
+    #[error("recipient {recipient:?} is not valid for a {kind} notification: {reason}")]
+    BadRecipient {
+        /// The notification type.
+        kind: &'static str,
+        /// The recipient as written.
+        recipient: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The SMTP exchange failed.
+    #[error("SMTP: {0}")]
+    Smtp(#[from] lettre::transport::smtp::Error),
+    /// The email could not be built.
+    #[error("email: {0}")]
+    Email(#[from] lettre::error::Error),
+    /// The webhook request failed.
+    #[error("webhook: {0}")]
+    Webhook(String),
+}
+
+impl NotifyError {
+    /// Whether trying again later may succeed (server or network trouble) rather than never
+    /// (bad configuration or input).
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Self::Smtp(e) => !e.is_permanent(),
+            Self::Webhook(_) => true,
+            Self::UnknownType(_)
+            | Self::EmailNotConfigured
+            | Self::BadRecipient { .. }
+            | Self::Email(_) => false,
+        }
+    }
+}
+
+/// What a notification is about.
+#[derive(Debug, Clone)]
+pub struct NotificationContext {
+    /// Namespace of the booking.
+    pub namespace: String,
+    /// Name of the booking.
+    pub booking: String,
+    /// `metadata.uid` of the booking.
+    pub booking_uid: String,
+    /// The Resource the booking holds.
+    pub resource: String,
+    /// The booking's user.
+    pub user: String,
+    /// End of the booking.
+    pub end: DateTime<Utc>,
+    /// When the notification is sent (the real time remaining is computed from it).
+    pub now: DateTime<Utc>,
+}
+
+/// A rendered notification.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rendered {
+    /// Email subject.
+    pub subject: String,
+    /// Plain-text body (also the webhook's `text`).
+    pub text: String,
+    /// HTML body.
+    pub html: String,
+    /// The `kubectl patch` command that extends the booking by an hour.
+    pub extend_command: String,
+}
+
+/// Renders the message for a booking about to end.
+pub fn render(ctx: &NotificationContext) -> Rendered {
+    let remaining = (ctx.end - ctx.now).max(chrono::Duration::zero());
+    let minutes = (remaining.num_seconds() + 59) / 60;
+    let end = format_rfc3339(ctx.end);
+    let new_end = format_rfc3339(ctx.end + chrono::Duration::hours(1));
+    let extend_command = format!(
+        "kubectl -n {ns} patch booking {b} --type merge -p '{{\"spec\":{{\"end_at\":\"{new_end}\"}}}}'",
+        ns = ctx.namespace,
+        b = ctx.booking,
+    );
+    let subject = format!(
+        "Booking {} of {} ends in {minutes} min ({end})",
+        ctx.booking, ctx.resource
+    );
+    let text = format!(
+        "Hello {user},\n\nyour booking {b} (namespace {ns}) of resource {r} ends at {end} UTC, in {minutes} minutes.\nIts instances are stopped then.\n\nTo keep them running for another hour, extend the booking:\n\n  {extend_command}\n",
+        user = ctx.user,
+        b = ctx.booking,
+        ns = ctx.namespace,
+        r = ctx.resource,
+    );
+    let html = format!(
+        "<html><body><p>Hello {user},</p><p>your booking <b>{b}</b> (namespace {ns}) of resource <b>{r}</b> ends at <b>{end} UTC</b>, in {minutes} minutes. Its instances are stopped then.</p><p>To keep them running for another hour, extend the booking:</p><pre>{cmd}</pre></body></html>",
+        user = html_escape(&ctx.user),
+        b = html_escape(&ctx.booking),
+        ns = html_escape(&ctx.namespace),
+        r = html_escape(&ctx.resource),
+        cmd = html_escape(&extend_command),
+    );
+    Rendered {
+        subject,
+        text,
+        html,
+        extend_command,
+    }
+}
+
+/// The deterministic Message-ID of an email notification: the same booking uid and
+/// notification always give the same identifier.
+pub fn message_id(
+    booking_uid: &str,
+    index: usize,
+    notification: &Notification,
+    domain: &str,
+) -> String {
+    let mut h = Sha256::new();
+    for part in [
+        booking_uid,
+        &index.to_string(),
+        &notification.type_,
+        &notification.recipient,
+    ] {
+        h.update(part.as_bytes());
+        h.update([0]);
+    }
+    let digest = hex::encode(&h.finalize()[..16]);
+    format!("<booking-{digest}@{domain}>")
+}
+
+/// Stable key identifying a notification of a booking in its status.
+pub fn notification_key(index: usize, notification: &Notification) -> String {
+    format!("{index}:{}:{}", notification.type_, notification.recipient)
+}
+
+fn html_escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+struct EmailSender {
+    transport: AsyncSmtpTransport<Tokio1Executor>,
+    from: Mailbox,
+    domain: String,
+}
+
+type HttpsClient = Client<
+    hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>,
+    Full<Bytes>,
+>;
+
+/// Sends notifications; built once at start-up and shared by the reconcilers.
+#[derive(Clone)]
+pub struct Notifiers {
+    email: Option<Arc<EmailSender>>,
+    http: HttpsClient,
+    timeout: StdDuration,
+}
+
+/// Configuration that cannot work.
+#[derive(Debug, thiserror::Error)]
+pub enum NotifyConfigError {
+    /// A setting is invalid.
+    #[error("{setting}: {reason}")]
+    Invalid {
+        /// The flag / environment variable.
+        setting: &'static str,
+        /// What is wrong and how to fix it.
+        reason: String,
+    },
+}
+
+impl Notifiers {
+    /// Builds the senders. `webhook_roots` are extra PEM CA certificates trusted for webhook
+    /// notifications, besides the public web roots. Must run inside a Tokio runtime (the SMTP
+    /// connection pool starts a task).
+    pub fn new(smtp: &SmtpSettings, webhook_roots: &[Vec<u8>]) -> Result<Self, NotifyConfigError> {
+        let invalid = |setting, reason: String| NotifyConfigError::Invalid { setting, reason };
+        let email = match (&smtp.host, &smtp.sender) {
+            (None, _) => None,
+            (Some(_), None) => {
+                return Err(invalid(
+                    "SMTP_SENDER",
+                    "is required with SMTP_HOST; set it to the From address, e.g. booking@example.com".into(),
+                ));
+            }
+            (Some(host), Some(sender)) => {
+                let from: Mailbox = sender.parse().map_err(|e| {
+                    invalid(
+                        "SMTP_SENDER",
+                        format!("{sender:?} is not an email address: {e}"),
+                    )
+                })?;
+                let domain = from.email.domain().to_owned();
+                let mut builder = AsyncSmtpTransport::<Tokio1Executor>::builder_dangerous(host)
+                    .port(smtp.port)
+                    .timeout(Some(StdDuration::from_secs(20)))
+                    .pool_config(
+                        PoolConfig::new()
+                            .max_size(4)
+                            .idle_timeout(StdDuration::from_secs(60)),
+                    );
+                let tls = || {
+                    let mut params = TlsParameters::builder(host.clone());
+                    if let Some(path) = &smtp.ca_file {
+                        let pem = std::fs::read(path).map_err(|e| {
+                            invalid(
+                                "SMTP_CA_FILE",
+                                format!("cannot read {}: {e}", path.display()),
+                            )
+                        })?;
+                        let cert = Certificate::from_pem(&pem).map_err(|e| {
+                            invalid(
+                                "SMTP_CA_FILE",
+                                format!("{} is not a PEM certificate: {e}", path.display()),
+                            )
+                        })?;
+                        params = params.add_root_certificate(cert);
+                    }
+                    params
+                        .build_rustls()
+                        .map_err(|e| invalid("SMTP_HOST", format!("TLS setup failed: {e}")))
+                };
+                builder = match smtp.security {
+                    SmtpSecurity::Starttls => builder.tls(Tls::Required(tls()?)),
+                    SmtpSecurity::Tls => builder.tls(Tls::Wrapper(tls()?)),
+                    SmtpSecurity::None => builder.tls(Tls::None),
+                };
+                match (&smtp.username, &smtp.password) {
+                    (Some(_), _) if smtp.security == SmtpSecurity::None => {
+                        return Err(invalid(
+                            "SMTP_SECURITY",
+                            "credentials are never sent over an unencrypted connection; use starttls or tls".into(),
+                        ));
+                    }
+                    (Some(user), Some(password)) => {
+                        builder = builder
+                            .credentials(Credentials::new(user.clone(), password.clone()))
+                            .authentication(vec![Mechanism::Plain, Mechanism::Login]);
+                    }
+                    (Some(_), None) => {
+                        return Err(invalid(
+                            "SMTP_PASSWORD",
+                            "is required with SMTP_USERNAME".into(),
+                        ));
+                    }
+                    (None, _) => {}
+                }
+                Some(Arc::new(EmailSender {
+                    transport: builder.build(),
+                    from,
+                    domain,
+                }))
+            }
+        };
+        let mut roots = rustls::RootCertStore::empty();
+        roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+        for pem in webhook_roots {
+            for cert in rustls_pemfile_certs(pem) {
+                roots.add(cert).map_err(|e| {
+                    invalid("webhook CA", format!("not a usable CA certificate: {e}"))
+                })?;
+            }
+        }
+        let tls = rustls::ClientConfig::builder()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let connector = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(tls)
+            .https_only()
+            .enable_http1()
+            .build();
+        let http = Client::builder(TokioExecutor::new()).build(connector);
+        Ok(Self {
+            email,
+            http,
+            timeout: StdDuration::from_secs(15),
+        })
+    }
+
+    /// Sends one notification of a booking.
+    pub async fn send(
+        &self,
+        index: usize,
+        notification: &Notification,
+        ctx: &NotificationContext,
+    ) -> Result<(), NotifyError> {
+        let rendered = render(ctx);
+        match notification.type_.as_str() {
+            "email" => self.send_email(index, notification, ctx, &rendered).await,
+            "webhook" => self.send_webhook(notification, ctx, &rendered).await,
+            other => Err(NotifyError::UnknownType(other.to_owned())),
+        }
+    }
+
+    async fn send_email(
+        &self,
+        index: usize,
+        notification: &Notification,
+        ctx: &NotificationContext,
+        rendered: &Rendered,
+    ) -> Result<(), NotifyError> {
+        let sender = self.email.as_ref().ok_or(NotifyError::EmailNotConfigured)?;
+        let to: Mailbox =
+            notification
+                .recipient
+                .parse()
+                .map_err(
+                    |e: lettre::address::AddressError| NotifyError::BadRecipient {
+                        kind: "email",
+                        recipient: notification.recipient.clone(),
+                        reason: e.to_string(),
+                    },
+                )?;
+        let email = Email::builder()
+            .from(sender.from.clone())
+            .to(to)
+            .subject(&rendered.subject)
+            .message_id(Some(message_id(
+                &ctx.booking_uid,
+                index,
+                notification,
+                &sender.domain,
+            )))
+            .multipart(MultiPart::alternative_plain_html(
+                rendered.text.clone(),
+                rendered.html.clone(),
+            ))?;
+        match sender.transport.send(email.clone()).await {
+            Ok(_) => Ok(()),
+            // A pooled connection the server dropped fails once; a fresh one is tried at once.
+            Err(e) if !e.is_permanent() => {
+                tracing::debug!(error = %e, "SMTP send failed, retrying on a fresh connection");
+                sender
+                    .transport
+                    .send(email)
+                    .await
+                    .map(|_| ())
+                    .map_err(Into::into)
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    async fn send_webhook(
+        &self,
+        notification: &Notification,
+        ctx: &NotificationContext,
+        rendered: &Rendered,
+    ) -> Result<(), NotifyError> {
+        let uri: hyper::Uri =
+            notification
+                .recipient
+                .parse()
+                .map_err(
+                    |e: hyper::http::uri::InvalidUri| NotifyError::BadRecipient {
+                        kind: "webhook",
+                        recipient: notification.recipient.clone(),
+                        reason: e.to_string(),
+                    },
+                )?;
+        if uri.scheme_str() != Some("https") {
+            return Err(NotifyError::BadRecipient {
+                kind: "webhook",
+                recipient: notification.recipient.clone(),
+                reason: "only https URLs are allowed".into(),
+            });
+        }
+        let body = serde_json::json!({
+            "text": format!("{}\n{}", rendered.subject, rendered.extend_command),
+            "booking": {
+                "namespace": ctx.namespace,
+                "name": ctx.booking,
+                "resource": ctx.resource,
+                "user": ctx.user,
+                "end_at": format_rfc3339(ctx.end),
+            },
+        });
+        let request = hyper::Request::post(uri)
+            .header(hyper::header::CONTENT_TYPE, "application/json")
+            .header(
+                hyper::header::USER_AGENT,
+                concat!("booking-controller/", env!("CARGO_PKG_VERSION")),
+            )
+            .body(Full::new(Bytes::from(body.to_string())))
+            .map_err(|e| NotifyError::Webhook(e.to_string()))?;
+        let response = tokio::time::timeout(self.timeout, self.http.request(request))
+            .await
+            .map_err(|_| NotifyError::Webhook(format!("no answer within {:?}", self.timeout)))?
+            .map_err(|e| NotifyError::Webhook(e.to_string()))?;
+        let status = response.status();
+        if status.is_success() {
+            return Ok(());
+        }
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .map(|b| {
+                String::from_utf8_lossy(&b.to_bytes())
+                    .chars()
+                    .take(200)
+                    .collect::<String>()
+            })
+            .unwrap_or_default();
+        Err(NotifyError::Webhook(format!("HTTP {status}: {body}")))
+    }
+}
+
+fn rustls_pemfile_certs(pem: &[u8]) -> Vec<rustls::pki_types::CertificateDer<'static>> {
+    use rustls::pki_types::pem::PemObject;
+    rustls::pki_types::CertificateDer::pem_slice_iter(pem)
+        .filter_map(Result::ok)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ctx() -> NotificationContext {
+        NotificationContext {
+            namespace: "team-a".into(),
+            booking: "nightly-etl".into(),
+            booking_uid: "0b6f8c1e-uid".into(),
+            resource: "ec2.analytics".into(),
+            user: "ann".into(),
+            end: DateTime::parse_from_rfc3339("2031-01-10T23:00:00Z")
+                .unwrap()
+                .with_timezone(&Utc),
+            now: DateTime::parse_from_rfc3339("2031-01-10T22:47:30Z")
+                .unwrap()
+                .with_timezone(&Utc),
+        }
+    }
+
+    #[test]
+    fn renders_resource_booking_end_and_extension() {
+        let r = render(&ctx());
+        assert_eq!(
+            r.subject,
+            "Booking nightly-etl of ec2.analytics ends in 13 min (2031-01-10T23:00:00Z)"
+        );
+        for body in [&r.text, &r.html] {
+            assert!(
+                body.contains("nightly-etl") && body.contains("ec2.analytics"),
+                "{body}"
+            );
+            assert!(body.contains("2031-01-10T23:00:00Z UTC"), "{body}");
+            assert!(
+                body.contains("13 minutes"),
+                "the real time remaining: {body}"
+            );
+        }
+        assert_eq!(
+            r.extend_command,
+            r#"kubectl -n team-a patch booking nightly-etl --type merge -p '{"spec":{"end_at":"2031-01-11T00:00:00Z"}}'"#
+        );
+        assert!(r.text.contains(&r.extend_command));
+        assert!(r.html.contains("&quot;end_at&quot;"), "escaped in HTML");
+    }
+
+    #[test]
+    fn message_ids_are_deterministic_per_booking_and_notification() {
+        let n = Notification {
+            type_: "email".into(),
+            recipient: "ann@example.com".into(),
+            lead_minutes: None,
+        };
+        let m = Notification {
+            recipient: "bob@example.com".into(),
+            ..n.clone()
+        };
+        let a = message_id("uid-1", 0, &n, "example.com");
+        assert_eq!(a, message_id("uid-1", 0, &n, "example.com"));
+        assert_ne!(a, message_id("uid-2", 0, &n, "example.com"));
+        assert_ne!(a, message_id("uid-1", 1, &n, "example.com"));
+        assert_ne!(a, message_id("uid-1", 0, &m, "example.com"));
+        assert!(
+            a.starts_with("<booking-") && a.ends_with("@example.com>"),
+            "{a}"
+        );
+    }
+
+    #[tokio::test]
+    async fn configuration_errors_name_the_setting() {
+        let base = SmtpSettings {
+            host: Some("smtp.example.com".into()),
+            port: 587,
+            username: None,
+            password: None,
+            sender: None,
+            security: SmtpSecurity::Starttls,
+            ca_file: None,
+        };
+        let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+        let err = Notifiers::new(&base, &[]).err().unwrap().to_string();
+        assert!(err.starts_with("SMTP_SENDER"), "{err}");
+        let bad_sender = SmtpSettings {
+            sender: Some("not an address".into()),
+            ..base.clone()
+        };
+        assert!(
+            Notifiers::new(&bad_sender, &[])
+                .err()
+                .unwrap()
+                .to_string()
+                .contains("not an email address")
+        );
+        let plain_with_password = SmtpSettings {
+            sender: Some("booking@example.com".into()),
+            username: Some("u".into()),
+            password: Some("p".into()),
+            security: SmtpSecurity::None,
+            ..base.clone()
+        };
+        assert!(
+            Notifiers::new(&plain_with_password, &[])
+                .err()
+                .unwrap()
+                .to_string()
+                .starts_with("SMTP_SECURITY")
+        );
+        let no_password = SmtpSettings {
+            sender: Some("booking@example.com".into()),
+            username: Some("u".into()),
+            ..base.clone()
+        };
+        assert!(
+            Notifiers::new(&no_password, &[])
+                .err()
+                .unwrap()
+                .to_string()
+                .starts_with("SMTP_PASSWORD")
+        );
+        let ok = SmtpSettings {
+            sender: Some("Booking <booking@example.com>".into()),
+            ..base
+        };
+        assert!(Notifiers::new(&ok, &[]).is_ok());
+    }
+
+    #[tokio::test]
+    async fn unknown_types_and_bad_recipients_are_errors_not_panics() {
+        let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+        let smtp = SmtpSettings {
+            host: None,
+            port: 587,
+            username: None,
+            password: None,
+            sender: None,
+            security: SmtpSecurity::Starttls,
+            ca_file: None,
+        };
+        let n = Notifiers::new(&smtp, &[]).unwrap();
+        let pigeon = Notification {
+            type_: "pigeon".into(),
+            recipient: "loft-3".into(),
+            lead_minutes: None,
+        };
+        let err = n.send(0, &pigeon, &ctx()).await.unwrap_err();
+        assert!(matches!(err, NotifyError::UnknownType(ref t) if t == "pigeon"));
+        assert!(!err.is_transient());
+        let email = Notification {
+            type_: "email".into(),
+            recipient: "ann@example.com".into(),
+            lead_minutes: None,
+        };
+        assert!(matches!(
+            n.send(0, &email, &ctx()).await.unwrap_err(),
+            NotifyError::EmailNotConfigured
+        ));
+        let http = Notification {
+            type_: "webhook".into(),
+            recipient: "http://hooks.example.com/x".into(),
+            lead_minutes: None,
+        };
+        assert!(matches!(
+            n.send(0, &http, &ctx()).await.unwrap_err(),
+            NotifyError::BadRecipient { .. }
+        ));
+    }
+}

@@ -1,0 +1,313 @@
+//! The notification reconciler: sends each notification of a booking once, shortly before the
+//! booking ends, and records it in the booking's status.
+//!
+//! It runs as its own controller over Bookings, so a slow or failing SMTP server or webhook never
+//! delays the start or stop of any group. Timing comes from `booking_shared::scheduling` (pure,
+//! clock injected): a notification is due `leadMinutes` (default 20) before the end, never before
+//! the start and never after the end — after downtime, an ended booking sends nothing.
+//!
+//! At most once: a notification is recorded in `status.notificationsSent` right after it is
+//! sent (a merge patch guarded by the object's resourceVersion); emails carry a Message-ID
+//! derived from the booking's uid and the notification, so the rare duplicate after a crash
+//! between sending and recording is recognised by mail clients. Failures set the condition
+//! `NotificationFailed`, publish a Warning Event and are retried with exponential backoff
+//! (30 s doubling to 10 min) while the booking lasts; an unknown type or an unusable recipient
+//! is reported once and not retried.
+
+use std::{
+    collections::BTreeMap,
+    sync::{Arc, Mutex},
+    time::Duration as StdDuration,
+};
+
+use booking_shared::{
+    api::{Booking, BookingPhase},
+    scheduling::{lead_time, notification_due_at, notification_should_send},
+    time::{Slot, format_rfc3339},
+};
+use chrono::{DateTime, Duration, Utc};
+use futures::StreamExt;
+use kube::{
+    Api, Resource as _, ResourceExt,
+    api::{Patch, PatchParams},
+    runtime::{
+        Controller,
+        controller::Action,
+        events::{Event, EventType, Recorder},
+        watcher,
+    },
+};
+
+use super::scheduler::Clock;
+use crate::{
+    conditions::{CondSpec, merge},
+    notify::{NotificationContext, Notifiers, NotifyError, notification_key},
+};
+
+/// Condition type owned by this reconciler.
+pub const CONDITION: &str = "NotificationFailed";
+
+/// What the notification reconciler needs, built once in `main`.
+pub struct NotificationReconcilerContext {
+    /// Kubernetes client.
+    pub client: kube::Client,
+    /// Event recorder.
+    pub recorder: Recorder,
+    /// The clock.
+    pub clock: Clock,
+    /// The senders.
+    pub notifiers: Notifiers,
+    /// Consecutive failures per booking uid and when the next attempt may happen.
+    pub failures: Mutex<BTreeMap<String, (u32, DateTime<Utc>)>>,
+}
+
+/// Errors that make a reconcile retry with backoff.
+#[derive(Debug, thiserror::Error)]
+pub enum NotificationReconcileError {
+    /// The Kubernetes API failed (including a conflict on the status patch).
+    #[error("kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+}
+
+/// Runs the notification controller over `api` until `shutdown` resolves.
+pub async fn run(
+    api: Api<Booking>,
+    ctx: Arc<NotificationReconcilerContext>,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
+    Controller::new(api, watcher::Config::default())
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, ctx)
+        .for_each(|_| async {})
+        .await;
+}
+
+fn error_policy(
+    _: Arc<Booking>,
+    error: &NotificationReconcileError,
+    _: Arc<NotificationReconcilerContext>,
+) -> Action {
+    tracing::warn!(error = %error, "notification reconcile failed; retrying");
+    Action::requeue(StdDuration::from_secs(2))
+}
+
+/// Backoff after `failures` consecutive failures: 30 s, doubling, at most 10 min.
+pub fn retry_delay(failures: u32) -> Duration {
+    let secs = 30i64.saturating_mul(1i64 << failures.saturating_sub(1).min(5));
+    Duration::seconds(secs.min(600))
+}
+
+/// Reconciles the notifications of one Booking.
+#[tracing::instrument(skip(b, ctx), fields(name = %b.name_any(), namespace = b.namespace().unwrap_or_default()))]
+pub async fn reconcile(
+    b: Arc<Booking>,
+    ctx: Arc<NotificationReconcilerContext>,
+) -> Result<Action, NotificationReconcileError> {
+    let uid = b.uid().unwrap_or_default();
+    let (Some(ns), false) = (b.namespace(), b.spec.notifications.is_empty()) else {
+        return Ok(Action::await_change());
+    };
+    if b.metadata.deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
+    // A booking that lost arbitration holds nothing that could end.
+    let status = b.status.clone().unwrap_or_default();
+    if status.status == Some(BookingPhase::Conflict) {
+        return Ok(Action::await_change());
+    }
+    let Ok(slot) = Slot::of_booking(&b.spec) else {
+        // Reported by the booking reconciler.
+        return Ok(Action::await_change());
+    };
+    let now = (ctx.clock)();
+    if now >= slot.end {
+        ctx.failures
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&uid);
+        return Ok(Action::await_change());
+    }
+
+    // While backing off after a failure, other events (status patches) do not trigger retries.
+    let backoff = ctx
+        .failures
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(&uid)
+        .copied();
+    if let Some((_, not_before)) = backoff.filter(|(_, t)| now < *t) {
+        return Ok(Action::requeue(
+            (not_before.min(slot.end) - now)
+                .to_std()
+                .unwrap_or(StdDuration::ZERO),
+        ));
+    }
+
+    let mut sent = status.notifications_sent.clone();
+    let mut errors: Vec<String> = Vec::new();
+    let mut retry = false;
+    let mut next_due: Option<chrono::DateTime<chrono::Utc>> = None;
+    for (index, n) in b.spec.notifications.iter().enumerate() {
+        let key = notification_key(index, n);
+        if sent.contains(&key) {
+            continue;
+        }
+        let lead = lead_time(n);
+        if !notification_should_send(&slot, lead, now) {
+            let due = notification_due_at(&slot, lead);
+            next_due = Some(next_due.map_or(due, |d| d.min(due)));
+            continue;
+        }
+        let msg_ctx = NotificationContext {
+            namespace: ns.clone(),
+            booking: b.name_any(),
+            booking_uid: uid.clone(),
+            resource: b.spec.resource_name.clone(),
+            user: b.spec.user_id.clone(),
+            end: slot.end,
+            now,
+        };
+        match ctx.notifiers.send(index, n, &msg_ctx).await {
+            Ok(()) => {
+                tracing::info!(notification = %key, "sent notification");
+                publish(
+                    &ctx,
+                    &b,
+                    EventType::Normal,
+                    "NotificationSent",
+                    format!(
+                        "sent the {} notification to {} (booking ends at {})",
+                        n.type_,
+                        n.recipient,
+                        format_rfc3339(slot.end)
+                    ),
+                )
+                .await;
+                sent.push(key);
+            }
+            Err(e) => {
+                retry |= e.is_transient();
+                let message = format!("{} notification to {}: {e}", n.type_, n.recipient);
+                tracing::warn!(error = %e, notification = %key, "notification failed");
+                publish(
+                    &ctx,
+                    &b,
+                    EventType::Warning,
+                    "NotificationFailed",
+                    message.clone(),
+                )
+                .await;
+                if matches!(
+                    e,
+                    NotifyError::UnknownType(_) | NotifyError::BadRecipient { .. }
+                ) {
+                    // Never sendable: record it as handled so it is not retried.
+                    sent.push(key);
+                }
+                errors.push(message);
+            }
+        }
+    }
+
+    let condition = if errors.is_empty() {
+        CondSpec::new(CONDITION, false, "Sent", "no notification has failed")
+    } else {
+        CondSpec::new(CONDITION, true, "SendFailed", &errors.join("; "))
+    };
+    let all_sent = b
+        .spec
+        .notifications
+        .iter()
+        .enumerate()
+        .all(|(i, n)| sent.contains(&notification_key(i, n)));
+    let old_condition = status.conditions.iter().find(|c| c.type_ == CONDITION);
+    let condition_changed = match old_condition {
+        None => !errors.is_empty(),
+        Some(c) => (c.status == "True") == errors.is_empty() || c.message != condition.message,
+    };
+    if sent != status.notifications_sent
+        || all_sent != status.notification_sent
+        || condition_changed
+    {
+        // Keep every other condition as the booking reconciler wrote it.
+        let mut conditions: Vec<_> = status
+            .conditions
+            .iter()
+            .filter(|c| c.type_ != CONDITION)
+            .cloned()
+            .collect();
+        conditions.extend(merge(
+            &status.conditions,
+            &[condition],
+            b.metadata.generation,
+            now,
+        ));
+        let patch = serde_json::json!({
+            "metadata": {"resourceVersion": b.resource_version()},
+            "status": {
+                "notificationsSent": sent,
+                "notification_sent": all_sent,
+                "conditions": conditions,
+            }
+        });
+        let api: Api<Booking> = Api::namespaced(ctx.client.clone(), &ns);
+        api.patch_status(
+            &b.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await?;
+    }
+
+    let mut wake = next_due;
+    {
+        let mut map = ctx.failures.lock().unwrap_or_else(|p| p.into_inner());
+        if retry {
+            let count = map.get(&uid).map_or(0, |(c, _)| *c) + 1;
+            let at = now + retry_delay(count);
+            map.insert(uid.clone(), (count, at));
+            wake = Some(wake.map_or(at, |w| w.min(at)));
+        } else {
+            map.remove(&uid);
+        }
+    }
+    Ok(match wake {
+        // Never later than the end: nothing is sent after it.
+        Some(at) => Action::requeue(
+            (at.min(slot.end) - now)
+                .to_std()
+                .unwrap_or(StdDuration::ZERO),
+        ),
+        None => Action::await_change(),
+    })
+}
+
+async fn publish(
+    ctx: &NotificationReconcilerContext,
+    b: &Booking,
+    type_: EventType,
+    reason: &str,
+    note: String,
+) {
+    let event = Event {
+        type_,
+        reason: reason.to_owned(),
+        note: Some(note),
+        action: "Notify".to_owned(),
+        secondary: None,
+    };
+    if let Err(e) = ctx.recorder.publish(&event, &b.object_ref(&())).await {
+        tracing::warn!(error = %e, reason, "could not publish event");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_and_is_bounded() {
+        let secs: Vec<i64> = (1..=8).map(|f| retry_delay(f).num_seconds()).collect();
+        assert_eq!(secs, [30, 60, 120, 240, 480, 600, 600, 600]);
+    }
+}

@@ -1,0 +1,410 @@
+//! The Resource reconciler (level-based): arbitration of the Resource's bookings, the plan over
+//! the inventory's view of the group, then the executor; status via merge patch; an Event for
+//! every AWS action; requeue at the next instant that matters.
+
+use std::sync::Arc;
+
+use booking_shared::api::{Resource, ResourceStatus};
+use chrono::Utc;
+use kube::api::Api;
+use kube::runtime::controller::Action;
+
+use super::{Context, ns_name, patch_status};
+use crate::arbitration::{arbitrate, holder, next_boundary};
+use crate::aws::executor::{Outcomes, Target};
+use crate::conditions::{CondSpec, merge};
+use crate::error::Result;
+use crate::model::{InventoryKey, Kind, Member};
+use crate::plan::{Attempt, Op, Plan, PlanInput, plan};
+
+const CLEARABLE: &[&str] = &[
+    "status",
+    "locked_by",
+    "locked_until",
+    "activeBooking",
+    "activeUser",
+    "activeUntil",
+];
+
+/// Reconciles one Resource.
+#[tracing::instrument(skip_all, fields(namespace, name))]
+pub async fn reconcile(res: Arc<Resource>, ctx: Arc<Context>) -> Result<Action> {
+    ctx.metrics.reconciled("Resource");
+    let (ns, name) = ns_name(res.as_ref())?;
+    tracing::Span::current()
+        .record("namespace", ns.as_str())
+        .record("name", name.as_str());
+    let api: Api<Resource> = Api::namespaced(ctx.client.clone(), &ns);
+    let owner = format!("{ns}/{name}");
+
+    let Some(kind) = Kind::parse(&res.spec.type_) else {
+        let status = ResourceStatus {
+            conditions: merge(
+                res.status
+                    .as_ref()
+                    .map(|s| s.conditions.as_slice())
+                    .unwrap_or(&[]),
+                &[
+                    CondSpec::new(
+                        "Ready",
+                        false,
+                        "InvalidSpec",
+                        &format!(
+                            "spec.type {:?} is not supported; use ec2 or rds",
+                            res.spec.type_
+                        ),
+                    ),
+                    CondSpec::new(
+                        "Synced",
+                        false,
+                        "InvalidSpec",
+                        "nothing is observed for an unsupported type",
+                    ),
+                ],
+                res.metadata.generation,
+                Utc::now(),
+            ),
+            observed_generation: res.metadata.generation,
+            ..Default::default()
+        };
+        if res.status.as_ref() != Some(&status) {
+            patch_status(&api, &name, &status, CLEARABLE).await?;
+        }
+        return Ok(Action::await_change());
+    };
+    let region = res
+        .spec
+        .region
+        .clone()
+        .filter(|r| !r.is_empty())
+        .unwrap_or_else(|| ctx.default_region.clone());
+    let key = InventoryKey {
+        kind,
+        region: region.clone(),
+    };
+    ctx.inventory.want(&key);
+    if ctx.inventory.snapshot(&key).is_none() {
+        // First Resource of this type and region: observe it now rather than at the next tick.
+        if let Err(e) = ctx.inventory.refresh(&key).await {
+            tracing::warn!(error = %e, "first inventory refresh failed");
+        }
+    }
+
+    let now = Utc::now();
+    let views = ctx.booking_views(&ns, &name);
+    let verdicts = arbitrate(&views, now);
+    let booking_holder = holder(&views, &verdicts);
+
+    let mut snapshot = ctx.inventory.snapshot(&key);
+    let mut members: Option<Vec<Member>> =
+        snapshot.as_ref().map(|s| s.group(&ctx.keys, &res.spec.tag));
+    let is_new = res.status.as_ref().and_then(|s| s.observed_generation) != res.metadata.generation;
+    let wants_members = booking_holder.is_some()
+        || crate::plan::manual_holder(&res.spec, now)
+            .ok()
+            .flatten()
+            .is_some()
+        || is_new;
+    if members.as_ref().is_some_and(|m| m.is_empty())
+        && wants_members
+        && targeted_allowed(&ctx, &owner, now)
+    {
+        // A freshly tagged group, or a booking about to run on a group not seen yet: one
+        // filtered describe rather than waiting for the next full refresh.
+        match ctx.inventory.refresh_group(&key, &res.spec.tag).await {
+            Ok(()) => {
+                snapshot = ctx.inventory.snapshot(&key);
+                members = snapshot.as_ref().map(|s| s.group(&ctx.keys, &res.spec.tag));
+            }
+            Err(e) => tracing::warn!(error = %e, "targeted refresh failed"),
+        }
+    }
+    let observed_at = snapshot
+        .as_ref()
+        .map(|s| s.observed_at(&res.spec.tag))
+        .unwrap_or(now);
+
+    let attempts = ctx
+        .attempts
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone();
+    let input = PlanInput {
+        owner: &owner,
+        kind,
+        spec: &res.spec,
+        booking_holder: booking_holder.clone(),
+        members: members.as_deref(),
+        observed_at,
+        attempts: &attempts,
+        keys: &ctx.keys,
+        backoff: ctx.backoff,
+        now,
+    };
+    let p = plan(&input);
+    let acted = execute(
+        &ctx,
+        &res,
+        kind,
+        &region,
+        members.as_deref().unwrap_or(&[]),
+        &p,
+    )
+    .await;
+
+    // Re-plan with the attempts just made: the status then reports this reconcile's failures,
+    // and no action is repeated (the attempts are newer than the observation).
+    let final_plan = if acted {
+        ctx.inventory.request_refresh();
+        let attempts = ctx
+            .attempts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        plan(&PlanInput {
+            attempts: &attempts,
+            ..input
+        })
+    } else {
+        p
+    };
+
+    let status = ResourceStatus {
+        instances: final_plan.summary.instances,
+        running: final_plan.summary.running,
+        status: final_plan.summary.state,
+        locked_by: final_plan.summary.locked_by.clone(),
+        locked_until: final_plan.summary.locked_until.clone(),
+        active_booking: final_plan.summary.active_booking.clone(),
+        active_user: final_plan.summary.holder_user.clone(),
+        active_until: final_plan.summary.holder_until.clone(),
+        conditions: merge(
+            res.status
+                .as_ref()
+                .map(|s| s.conditions.as_slice())
+                .unwrap_or(&[]),
+            &final_plan.conditions,
+            res.metadata.generation,
+            now,
+        ),
+        observed_generation: res.metadata.generation,
+    };
+    if res.status.as_ref() != Some(&status) {
+        patch_status(&api, &name, &status, CLEARABLE).await?;
+    }
+
+    let next = [final_plan.requeue_at, next_boundary(&verdicts)]
+        .into_iter()
+        .flatten()
+        .filter(|t| *t > now)
+        .min();
+    Ok(match next {
+        Some(at) => Action::requeue((at - Utc::now()).to_std().unwrap_or_default()),
+        None => Action::await_change(),
+    })
+}
+
+fn targeted_allowed(ctx: &Context, owner: &str, now: chrono::DateTime<Utc>) -> bool {
+    let mut map = ctx.targeted.lock().unwrap_or_else(|p| p.into_inner());
+    match map.get(owner) {
+        Some(last) if now - *last < ctx.targeted_min_interval => false,
+        _ => {
+            map.insert(owner.to_owned(), now);
+            true
+        }
+    }
+}
+
+fn record(ctx: &Context, op: Op, outcomes: &Outcomes) {
+    let now = Utc::now();
+    let mut attempts = ctx.attempts.lock().unwrap_or_else(|p| p.into_inner());
+    for (id, r) in outcomes {
+        let count = attempts
+            .get(id)
+            .filter(|a| a.op == op)
+            .map_or(1, |a| a.count.saturating_add(1));
+        attempts.insert(
+            id.clone(),
+            Attempt {
+                op,
+                count,
+                at: now,
+                error: r.as_ref().err().map(ToString::to_string),
+            },
+        );
+    }
+}
+
+fn split(outcomes: &Outcomes) -> (Vec<&str>, Vec<String>) {
+    let ok = outcomes
+        .iter()
+        .filter(|(_, r)| r.is_ok())
+        .map(|(id, _)| id.as_str())
+        .collect();
+    let failed = outcomes
+        .iter()
+        .filter_map(|(id, r)| r.as_ref().err().map(|e| format!("{id}: {e}")))
+        .collect();
+    (ok, failed)
+}
+
+/// Performs the plan; returns whether anything was sent to AWS.
+async fn execute(
+    ctx: &Context,
+    res: &Resource,
+    kind: Kind,
+    region: &str,
+    members: &[Member],
+    p: &Plan,
+) -> bool {
+    let why = match (
+        &p.summary.active_booking,
+        &p.summary.holder_user,
+        &p.summary.holder_until,
+    ) {
+        (Some(b), Some(u), Some(until)) => format!("booking {b} of {u} until {until}"),
+        (None, Some(u), Some(until)) => format!("manual booking of {u} until {until}"),
+        _ => "no active booking".to_owned(),
+    };
+    {
+        let mut attempts = ctx.attempts.lock().unwrap_or_else(|p| p.into_inner());
+        for id in &p.settled {
+            attempts.remove(id);
+        }
+    }
+    for note in &p.notes {
+        ctx.event(
+            res,
+            note.warning,
+            note.reason,
+            "Observe",
+            note.message.clone(),
+        )
+        .await;
+    }
+    let target = |id: &str| Target {
+        id: id.to_owned(),
+        arn: members
+            .iter()
+            .find(|m| m.id == id)
+            .and_then(|m| m.arn.clone()),
+    };
+    let mut acted = false;
+    if !p.lock.ids.is_empty() {
+        acted = true;
+        let targets: Vec<Target> = p.lock.ids.iter().map(|id| target(id)).collect();
+        let out = ctx.executor.tag(kind, region, &targets, &p.lock.tags).await;
+        let (ok, failed) = split(&out);
+        if !ok.is_empty() {
+            ctx.event(
+                res,
+                false,
+                "Locked",
+                "Tag",
+                format!("lock tags written on {} ({why})", ok.join(", ")),
+            )
+            .await;
+        }
+        if !failed.is_empty() {
+            ctx.event(
+                res,
+                true,
+                "LockFailed",
+                "Tag",
+                format!("could not write lock tags: {}", failed.join("; ")),
+            )
+            .await;
+        }
+    }
+    if !p.start.is_empty() {
+        acted = true;
+        let out = ctx.executor.start(kind, region, &p.start).await;
+        record(ctx, Op::Start, &out);
+        let (ok, failed) = split(&out);
+        if !ok.is_empty() {
+            tracing::info!(members = ?ok, %why, "started");
+            ctx.event(
+                res,
+                false,
+                "Started",
+                "Start",
+                format!("started {kind} {} ({why})", ok.join(", ")),
+            )
+            .await;
+        }
+        if !failed.is_empty() {
+            ctx.event(
+                res,
+                true,
+                "StartFailed",
+                "Start",
+                format!(
+                    "start failed, will retry with backoff: {}",
+                    failed.join("; ")
+                ),
+            )
+            .await;
+        }
+    }
+    if !p.stop.is_empty() {
+        acted = true;
+        let out = ctx.executor.stop(kind, region, &p.stop, p.hibernate).await;
+        record(ctx, Op::Stop, &out);
+        let (ok, failed) = split(&out);
+        if !ok.is_empty() {
+            tracing::info!(members = ?ok, %why, "stopped");
+            let how = if p.hibernate {
+                " (hibernating where supported)"
+            } else {
+                ""
+            };
+            ctx.event(
+                res,
+                false,
+                "Stopped",
+                "Stop",
+                format!("stopped {kind} {}{how} ({why})", ok.join(", ")),
+            )
+            .await;
+        }
+        if !failed.is_empty() {
+            ctx.event(
+                res,
+                true,
+                "StopFailed",
+                "Stop",
+                format!(
+                    "stop failed, will retry with backoff: {}",
+                    failed.join("; ")
+                ),
+            )
+            .await;
+        }
+    }
+    for (id, keys) in &p.unlock {
+        acted = true;
+        match ctx.executor.untag(kind, region, &target(id), keys).await {
+            Ok(()) => {
+                ctx.event(
+                    res,
+                    false,
+                    "Unlocked",
+                    "Untag",
+                    format!("lock tags removed from {id}"),
+                )
+                .await
+            }
+            Err(e) => {
+                ctx.event(
+                    res,
+                    true,
+                    "UnlockFailed",
+                    "Untag",
+                    format!("could not remove lock tags from {id}: {e}"),
+                )
+                .await
+            }
+        }
+    }
+    acted
+}

@@ -1,0 +1,583 @@
+//! BookingSchedulers and notifications end to end against the project's Kubernetes API test
+//! server and a real SMTP server, with the reconcilers' clock injected so that minutes pass in
+//! milliseconds: one booking per fire starting on the fire time, no duplicate after a restart or
+//! a crash between creating and recording, missed fires, an invalid schedule reported without a
+//! crash, the history limit; one email per notification even across restarts, failures as a
+//! condition with retries until the SMTP server comes back.
+
+use std::{
+    collections::BTreeMap,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use booking_controller::{
+    notify::{Notifiers, SmtpSecurity, SmtpSettings},
+    reconcile::{
+        notification::{self, NotificationReconcilerContext},
+        scheduler::{self, Clock, SchedulerContext},
+    },
+};
+use booking_harness::{
+    TestDir,
+    smtp::{SmtpOptions, SmtpServer},
+    tls::TestCa,
+};
+use booking_shared::{
+    api::{Booking, BookingScheduler, BookingSpec, Notification},
+    scheduling::SCHEDULER_LABEL,
+};
+use chrono::{DateTime, Utc};
+use k8s_openapi::{
+    api::core::v1::Namespace,
+    apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+};
+use kube::{
+    Api, ResourceExt,
+    api::{ListParams, ObjectMeta, Patch, PatchParams, PostParams},
+    runtime::{
+        controller::Action,
+        events::{Recorder, Reporter},
+    },
+};
+use kube_test_server::{Options, TestServer};
+
+fn t(s: &str) -> DateTime<Utc> {
+    DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
+}
+
+/// A clock the test moves by hand.
+#[derive(Clone)]
+struct TestClock(Arc<Mutex<DateTime<Utc>>>);
+
+impl TestClock {
+    fn new(at: &str) -> Self {
+        Self(Arc::new(Mutex::new(t(at))))
+    }
+    fn set(&self, at: &str) {
+        *self.0.lock().unwrap() = t(at);
+    }
+    fn clock(&self) -> Clock {
+        let inner = self.0.clone();
+        Arc::new(move || *inner.lock().unwrap())
+    }
+}
+
+struct Cluster {
+    server: TestServer,
+    client: kube::Client,
+    ns: String,
+}
+
+async fn cluster(ns: &str) -> Cluster {
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    let server = TestServer::start(Options::default())
+        .await
+        .expect("test API server");
+    let client = server.client().await.expect("client");
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for crd in booking_shared::crd::all() {
+        crds.create(&PostParams::default(), &crd)
+            .await
+            .expect("CRD");
+    }
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let namespace = Namespace {
+        metadata: ObjectMeta {
+            name: Some(ns.to_owned()),
+            ..ObjectMeta::default()
+        },
+        ..Namespace::default()
+    };
+    namespaces
+        .create(&PostParams::default(), &namespace)
+        .await
+        .expect("namespace");
+    Cluster {
+        server,
+        client,
+        ns: ns.to_owned(),
+    }
+}
+
+fn recorder(client: &kube::Client) -> Recorder {
+    Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: "booking-controller".into(),
+            instance: Some("test".into()),
+        },
+    )
+}
+
+fn scheduler_ctx(c: &Cluster, clock: &TestClock) -> Arc<SchedulerContext> {
+    Arc::new(SchedulerContext {
+        client: c.client.clone(),
+        recorder: recorder(&c.client),
+        clock: clock.clock(),
+    })
+}
+
+async fn reconcile_scheduler(c: &Cluster, ctx: &Arc<SchedulerContext>, name: &str) {
+    let api: Api<BookingScheduler> = Api::namespaced(c.client.clone(), &c.ns);
+    let sched = api.get(name).await.expect("scheduler");
+    scheduler::reconcile(Arc::new(sched), ctx.clone())
+        .await
+        .expect("reconcile");
+}
+
+async fn bookings(c: &Cluster) -> Vec<Booking> {
+    let api: Api<Booking> = Api::namespaced(c.client.clone(), &c.ns);
+    let mut items = api.list(&ListParams::default()).await.expect("list").items;
+    items.sort_by_key(|b| b.name_any());
+    items
+}
+
+async fn create_scheduler(c: &Cluster, name: &str, spec: serde_json::Value) {
+    let api: Api<BookingScheduler> = Api::namespaced(c.client.clone(), &c.ns);
+    let obj: BookingScheduler = serde_json::from_value(serde_json::json!({
+        "apiVersion": "manager.kotaico.de/v1",
+        "kind": "BookingScheduler",
+        "metadata": {"name": name, "namespace": c.ns},
+        "spec": spec,
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &obj)
+        .await
+        .expect("scheduler created");
+}
+
+#[tokio::test]
+async fn a_per_minute_scheduler_creates_one_booking_per_fire_on_the_fire_time() {
+    let c = cluster("sched").await;
+    // The scheduler is created "now" per the server's clock; the reconcilers' clock starts
+    // well after that, so the fires the test walks through are all after its creation.
+    create_scheduler(
+        &c,
+        "every-minute",
+        serde_json::json!({"schedule": "* * * * *", "duration": 1, "bookingTemplate": {"resource_name": "ec2.analytics", "user_id": "ann"}}),
+    )
+    .await;
+    let clock = TestClock::new("2099-01-01T10:00:00.250Z");
+    let ctx = scheduler_ctx(&c, &clock);
+
+    // The status has no last fire yet, so the creation time bounds the look-back: the fire at
+    // 10:00 is due and created with start_at exactly on the minute.
+    reconcile_scheduler(&c, &ctx, "every-minute").await;
+    let all = bookings(&c).await;
+    assert_eq!(
+        all.len(),
+        1,
+        "{:?}",
+        all.iter().map(|b| b.name_any()).collect::<Vec<_>>()
+    );
+    assert_eq!(all[0].name_any(), "every-minute-209901011000");
+    assert_eq!(all[0].spec.start_at, "2099-01-01T10:00:00Z");
+    assert_eq!(all[0].spec.end_at, "2099-01-01T10:01:00Z");
+    assert_eq!(
+        all[0].labels().get(SCHEDULER_LABEL).map(String::as_str),
+        Some("every-minute")
+    );
+    assert!(
+        all[0].owner_references().is_empty(),
+        "deleting the scheduler keeps its bookings"
+    );
+
+    let api: Api<BookingScheduler> = Api::namespaced(c.client.clone(), &c.ns);
+    let status = api.get("every-minute").await.unwrap().status.unwrap();
+    assert_eq!(status.next.as_deref(), Some("2099-01-01T10:01:00Z"));
+    assert_eq!(
+        status.last_fire_time.as_deref(),
+        Some("2099-01-01T10:00:00Z")
+    );
+    assert_eq!(
+        status.last_booking.as_deref(),
+        Some("every-minute-209901011000")
+    );
+    assert!(
+        status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True")
+    );
+
+    // Later in the same minute: nothing new.
+    clock.set("2099-01-01T10:00:40Z");
+    reconcile_scheduler(&c, &ctx, "every-minute").await;
+    assert_eq!(bookings(&c).await.len(), 1);
+
+    // A restart (fresh context) at the next fire creates exactly the next booking.
+    clock.set("2099-01-01T10:01:00Z");
+    let restarted = scheduler_ctx(&c, &clock);
+    reconcile_scheduler(&c, &restarted, "every-minute").await;
+    reconcile_scheduler(&c, &restarted, "every-minute").await;
+    let names: Vec<_> = bookings(&c).await.iter().map(|b| b.name_any()).collect();
+    assert_eq!(
+        names,
+        ["every-minute-209901011000", "every-minute-209901011001"]
+    );
+
+    // A crash between creating a booking and recording the fire: the booking exists, the
+    // status does not know it. The next reconcile finds AlreadyExists and creates nothing else.
+    clock.set("2099-01-01T10:02:00Z");
+    let crashed = Booking {
+        metadata: ObjectMeta {
+            name: Some("every-minute-209901011002".into()),
+            namespace: Some(c.ns.clone()),
+            ..ObjectMeta::default()
+        },
+        spec: BookingSpec {
+            resource_name: "ec2.analytics".into(),
+            start_at: "2099-01-01T10:02:00Z".into(),
+            end_at: "2099-01-01T10:03:00Z".into(),
+            user_id: "ann".into(),
+            notifications: vec![],
+        },
+        status: None,
+    };
+    Api::<Booking>::namespaced(c.client.clone(), &c.ns)
+        .create(&PostParams::default(), &crashed)
+        .await
+        .unwrap();
+    reconcile_scheduler(&c, &restarted, "every-minute").await;
+    assert_eq!(bookings(&c).await.len(), 3);
+    let status = api.get("every-minute").await.unwrap().status.unwrap();
+    assert_eq!(
+        status.last_fire_time.as_deref(),
+        Some("2099-01-01T10:02:00Z")
+    );
+
+    // Downtime beyond the starting deadline: the missed fire is skipped and reported, not
+    // created. (An edit of the scheduler applies at once.)
+    api.patch(
+        "every-minute",
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"spec": {"startingDeadlineSeconds": 10}})),
+    )
+    .await
+    .unwrap();
+    clock.set("2099-01-01T10:05:30Z");
+    reconcile_scheduler(&c, &restarted, "every-minute").await;
+    assert_eq!(bookings(&c).await.len(), 3);
+    let status = api.get("every-minute").await.unwrap().status.unwrap();
+    assert_eq!(
+        status.last_fire_time.as_deref(),
+        Some("2099-01-01T10:05:00Z")
+    );
+    let ready = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .unwrap();
+    assert_eq!(ready.reason, "MissedFire", "{ready:?}");
+    c.server.shutdown().await;
+}
+
+#[tokio::test]
+async fn history_limit_and_invalid_schedules() {
+    let c = cluster("hist").await;
+    create_scheduler(
+        &c,
+        "hourly",
+        serde_json::json!({"schedule": "@hourly", "duration": 10, "finishedBookingsHistoryLimit": 1, "bookingTemplate": {"resource_name": "ec2.web", "user_id": "bob"}}),
+    )
+    .await;
+    let clock = TestClock::new("2099-01-01T10:00:00Z");
+    let ctx = scheduler_ctx(&c, &clock);
+    for at in [
+        "2099-01-01T10:00:00Z",
+        "2099-01-01T11:00:00Z",
+        "2099-01-01T12:00:00Z",
+    ] {
+        clock.set(at);
+        reconcile_scheduler(&c, &ctx, "hourly").await;
+    }
+    // 10:00 and 11:00 have finished; only the newest finished one is kept, plus the running one.
+    let names: Vec<_> = bookings(&c).await.iter().map(|b| b.name_any()).collect();
+    assert_eq!(names, ["hourly-209901011100", "hourly-209901011200"]);
+
+    // A schedule that got past admission (no webhook here): a condition, no bookings, no error.
+    create_scheduler(
+        &c,
+        "broken",
+        serde_json::json!({"schedule": "61 * * * *", "duration": 10, "bookingTemplate": {"resource_name": "ec2.web", "user_id": "bob"}}),
+    )
+    .await;
+    reconcile_scheduler(&c, &ctx, "broken").await;
+    let api: Api<BookingScheduler> = Api::namespaced(c.client.clone(), &c.ns);
+    let status = api.get("broken").await.unwrap().status.unwrap();
+    let ready = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .unwrap();
+    assert_eq!(
+        (ready.status.as_str(), ready.reason.as_str()),
+        ("False", "InvalidSchedule")
+    );
+    assert!(ready.message.contains("61 * * * *"), "{}", ready.message);
+    assert_eq!(bookings(&c).await.len(), 2);
+    c.server.shutdown().await;
+}
+
+fn smtp_settings(port: u16, ca: &TestCa) -> SmtpSettings {
+    SmtpSettings {
+        host: Some("localhost".into()),
+        port,
+        username: Some("booker".into()),
+        password: Some("s3cret".into()),
+        sender: Some("booking@example.com".into()),
+        security: SmtpSecurity::Starttls,
+        ca_file: Some(ca.cert_path().to_path_buf()),
+    }
+}
+
+fn notification_ctx(
+    c: &Cluster,
+    clock: &TestClock,
+    smtp: &SmtpSettings,
+) -> Arc<NotificationReconcilerContext> {
+    Arc::new(NotificationReconcilerContext {
+        client: c.client.clone(),
+        recorder: recorder(&c.client),
+        clock: clock.clock(),
+        notifiers: Notifiers::new(smtp, &[]).unwrap(),
+        failures: Mutex::new(BTreeMap::new()),
+    })
+}
+
+async fn reconcile_notifications(
+    c: &Cluster,
+    ctx: &Arc<NotificationReconcilerContext>,
+    name: &str,
+) -> Action {
+    let api: Api<Booking> = Api::namespaced(c.client.clone(), &c.ns);
+    let b = api.get(name).await.expect("booking");
+    notification::reconcile(Arc::new(b), ctx.clone())
+        .await
+        .expect("reconcile")
+}
+
+fn requeue(secs: u64) -> Action {
+    Action::requeue(Duration::from_secs(secs))
+}
+
+async fn create_booking(c: &Cluster, name: &str, notifications: Vec<Notification>) {
+    let booking = Booking {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(c.ns.clone()),
+            ..ObjectMeta::default()
+        },
+        spec: BookingSpec {
+            resource_name: "ec2.analytics".into(),
+            start_at: "2099-01-01T10:00:00Z".into(),
+            end_at: "2099-01-01T11:00:00Z".into(),
+            user_id: "ann".into(),
+            notifications,
+        },
+        status: None,
+    };
+    Api::<Booking>::namespaced(c.client.clone(), &c.ns)
+        .create(&PostParams::default(), &booking)
+        .await
+        .unwrap();
+}
+
+fn email(to: &str) -> Notification {
+    Notification {
+        type_: "email".into(),
+        recipient: to.into(),
+        lead_minutes: None,
+    }
+}
+
+#[tokio::test]
+async fn each_notification_is_sent_once_even_across_restarts() {
+    let c = cluster("notify").await;
+    let dir = TestDir::new("notify-once").unwrap();
+    let ca = TestCa::new(&dir, "smtp").unwrap();
+    let cert = ca
+        .issue_server_cert("smtp", &["localhost", "127.0.0.1"])
+        .unwrap();
+    let smtp = SmtpServer::start(
+        &dir,
+        SmtpOptions::default()
+            .require_auth("booker", "s3cret")
+            .require_starttls(&cert),
+    )
+    .await
+    .unwrap();
+    let settings = smtp_settings(smtp.port(), &ca);
+    create_booking(
+        &c,
+        "etl",
+        vec![
+            email("ann@example.com"),
+            Notification {
+                lead_minutes: Some(5),
+                ..email("ops@example.com")
+            },
+            Notification {
+                type_: "pigeon".into(),
+                recipient: "loft-3".into(),
+                lead_minutes: None,
+            },
+        ],
+    )
+    .await;
+
+    // Before the lead time: nothing, and the requeue is exactly at 10:40 (20 min before 11:00).
+    let clock = TestClock::new("2099-01-01T10:30:00Z");
+    let ctx = notification_ctx(&c, &clock, &settings);
+    let wait = reconcile_notifications(&c, &ctx, "etl").await;
+    assert_eq!(wait, requeue(600));
+    assert!(smtp.messages().unwrap().is_empty());
+
+    // At 10:40 the first email goes out; the unknown type is reported, not a crash.
+    clock.set("2099-01-01T10:40:00Z");
+    let wait = reconcile_notifications(&c, &ctx, "etl").await;
+    assert_eq!(wait, requeue(15 * 60), "next: the 5-minute notification");
+    let mail = smtp
+        .wait_for_messages(1, Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert_eq!(mail[0].header("To").as_deref(), Some("ann@example.com"));
+    let b = Api::<Booking>::namespaced(c.client.clone(), &c.ns)
+        .get("etl")
+        .await
+        .unwrap();
+    let status = b.status.unwrap();
+    assert_eq!(
+        status.notifications_sent,
+        ["0:email:ann@example.com", "2:pigeon:loft-3"]
+    );
+    assert!(!status.notification_sent);
+    let failed = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "NotificationFailed")
+        .unwrap();
+    assert_eq!(failed.status, "True");
+    assert!(failed.message.contains("pigeon"), "{}", failed.message);
+
+    // Reconciling again, or after a restart, sends nothing twice.
+    reconcile_notifications(&c, &ctx, "etl").await;
+    let restarted = notification_ctx(&c, &clock, &settings);
+    reconcile_notifications(&c, &restarted, "etl").await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(smtp.messages().unwrap().len(), 1);
+
+    // The second email at 10:55; then everything is sent.
+    clock.set("2099-01-01T10:55:00Z");
+    assert_eq!(
+        reconcile_notifications(&c, &restarted, "etl").await,
+        Action::await_change()
+    );
+    assert_eq!(
+        smtp.wait_for_messages(2, Duration::from_secs(10))
+            .await
+            .unwrap()
+            .len(),
+        2
+    );
+    let status = Api::<Booking>::namespaced(c.client.clone(), &c.ns)
+        .get("etl")
+        .await
+        .unwrap()
+        .status
+        .unwrap();
+    assert!(status.notification_sent);
+
+    // After the end, a booking that still had unsent notifications sends nothing.
+    create_booking(&c, "late", vec![email("late@example.com")]).await;
+    clock.set("2099-01-01T11:00:00Z");
+    assert_eq!(
+        reconcile_notifications(&c, &restarted, "late").await,
+        Action::await_change()
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(smtp.messages().unwrap().len(), 2);
+    c.server.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_failing_smtp_server_yields_a_condition_and_retries_until_it_comes_back() {
+    let c = cluster("retry").await;
+    let dir = TestDir::new("notify-retry").unwrap();
+    let ca = TestCa::new(&dir, "smtp").unwrap();
+    let cert = ca
+        .issue_server_cert("smtp", &["localhost", "127.0.0.1"])
+        .unwrap();
+    // First a server that refuses AUTH: the controller must not send without it.
+    let refusing = SmtpServer::start(
+        &dir,
+        SmtpOptions::default().refuse_auth().require_starttls(&cert),
+    )
+    .await
+    .unwrap();
+    let port = refusing.port();
+    let settings = smtp_settings(port, &ca);
+    create_booking(&c, "etl", vec![email("ann@example.com")]).await;
+    let clock = TestClock::new("2099-01-01T10:45:00Z");
+    let ctx = notification_ctx(&c, &clock, &settings);
+    let wait = reconcile_notifications(&c, &ctx, "etl").await;
+    assert_eq!(wait, requeue(30), "first retry after 30 s");
+    assert!(refusing.messages().unwrap().is_empty());
+    let status = Api::<Booking>::namespaced(c.client.clone(), &c.ns)
+        .get("etl")
+        .await
+        .unwrap()
+        .status
+        .unwrap();
+    let failed = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "NotificationFailed")
+        .unwrap();
+    assert_eq!(failed.status, "True");
+    assert!(status.notifications_sent.is_empty());
+
+    // Within the backoff, another event does not trigger a retry.
+    clock.set("2099-01-01T10:45:10Z");
+    assert_eq!(reconcile_notifications(&c, &ctx, "etl").await, requeue(20));
+
+    // The server comes back, working, on the same port; the retry succeeds.
+    drop(refusing);
+    let working = SmtpServer::start(
+        &dir,
+        SmtpOptions::default()
+            .require_auth("booker", "s3cret")
+            .require_starttls(&cert)
+            .on_port(port),
+    )
+    .await
+    .unwrap();
+    clock.set("2099-01-01T10:45:30Z");
+    assert_eq!(
+        reconcile_notifications(&c, &ctx, "etl").await,
+        Action::await_change()
+    );
+    assert_eq!(
+        working
+            .wait_for_messages(1, Duration::from_secs(10))
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    let status = Api::<Booking>::namespaced(c.client.clone(), &c.ns)
+        .get("etl")
+        .await
+        .unwrap()
+        .status
+        .unwrap();
+    assert!(status.notification_sent);
+    let failed = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "NotificationFailed")
+        .unwrap();
+    assert_eq!(failed.status, "False");
+    c.server.shutdown().await;
+}

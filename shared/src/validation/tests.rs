@@ -1,0 +1,944 @@
+//! Tables of every rule, including the shared admission cases that do not need a cluster.
+
+use chrono::TimeZone;
+
+use super::*;
+use crate::api::{BookingTemplate, ResourceMonitorSpec};
+
+/// `None`: admitted; `Some((field, substrings))`: denied, naming `field` first.
+type Expect = Option<(&'static str, &'static [&'static str])>;
+
+fn now() -> DateTime<Utc> {
+    Utc.with_ymd_and_hms(2030, 6, 1, 12, 0, 0).unwrap()
+}
+
+fn booking(start: &str, end: &str) -> BookingSpec {
+    BookingSpec {
+        resource_name: "ec2.analytics".into(),
+        start_at: start.into(),
+        end_at: end.into(),
+        user_id: "ann".into(),
+        notifications: vec![],
+    }
+}
+
+fn ok_booking() -> BookingSpec {
+    booking("2030-06-01T13:00:00Z", "2030-06-01T14:00:00Z")
+}
+
+fn email(recipient: &str) -> Notification {
+    Notification {
+        type_: "email".into(),
+        recipient: recipient.into(),
+        lead_minutes: None,
+    }
+}
+
+fn denied(outcome: Outcome) -> Invalid {
+    outcome.expect_err("expected a denial")
+}
+
+fn scheduler(schedule: &str, duration: u32) -> BookingSchedulerSpec {
+    BookingSchedulerSpec {
+        schedule: schedule.into(),
+        duration,
+        booking_template: BookingTemplate {
+            resource_name: "ec2.analytics".into(),
+            user_id: "ann".into(),
+            notifications: vec![],
+        },
+        ..Default::default()
+    }
+}
+
+// === Booking ===
+
+#[test]
+fn booking_table() {
+    struct Case {
+        what: &'static str,
+        spec: BookingSpec,
+        policy: Policy,
+        /// `None`: admitted; `Some((field, substrings))`: denied naming `field`.
+        denied: Option<(&'static str, &'static [&'static str])>,
+        warnings: usize,
+    }
+    let max4h = Policy {
+        max_booking_duration: Some(Duration::hours(4)),
+    };
+    let with_user = |u: &str| BookingSpec {
+        user_id: u.into(),
+        ..ok_booking()
+    };
+    let cases = vec![
+        Case {
+            what: "well-formed future booking",
+            spec: ok_booking(),
+            policy: Policy::default(),
+            denied: None,
+            warnings: 0,
+        },
+        Case {
+            what: "offsets and fractions",
+            spec: booking("2030-06-01T15:00:00.5+02:00", "2030-06-01T16:00:00+02:00"),
+            policy: Policy::default(),
+            denied: None,
+            warnings: 0,
+        },
+        Case {
+            what: "end before start (case 03)",
+            spec: booking("2030-06-01T14:00:00Z", "2030-06-01T13:00:00Z"),
+            policy: Policy::default(),
+            denied: Some(("spec.end_at", &["end_at", "2030-06-01T13:00:00Z"])),
+            warnings: 0,
+        },
+        Case {
+            what: "end equals start",
+            spec: booking("2030-06-01T14:00:00Z", "2030-06-01T14:00:00Z"),
+            policy: Policy::default(),
+            denied: Some(("spec.end_at", &["end_at"])),
+            warnings: 0,
+        },
+        Case {
+            what: "start not RFC 3339 (case 04)",
+            spec: booking("2031-01-10 22:35", "2031-01-10T23:35:00Z"),
+            policy: Policy::default(),
+            denied: Some((
+                "spec.start_at",
+                &["start_at", "2031-01-10 22:35", "2031-01-10T22:35:00Z"],
+            )),
+            warnings: 0,
+        },
+        Case {
+            what: "end not RFC 3339",
+            spec: booking("2031-01-10T22:35:00Z", "tomorrow"),
+            policy: Policy::default(),
+            denied: Some(("spec.end_at", &["end_at", "tomorrow"])),
+            warnings: 0,
+        },
+        Case {
+            what: "past booking admitted with a warning (case 01)",
+            spec: BookingSpec {
+                user_id: "cd39ad8bc3".into(),
+                ..booking("2023-01-10T22:35:00Z", "2023-01-10T22:45:00Z")
+            },
+            policy: Policy::default(),
+            denied: None,
+            warnings: 1,
+        },
+        Case {
+            what: "in progress is not past",
+            spec: booking("2030-06-01T11:00:00Z", "2030-06-01T13:00:00Z"),
+            policy: Policy::default(),
+            denied: None,
+            warnings: 0,
+        },
+        Case {
+            what: "longer than the maximum",
+            spec: booking("2030-06-01T13:00:00Z", "2030-06-01T18:30:00Z"),
+            policy: max4h.clone(),
+            denied: Some(("spec.end_at", &["5h30m", "4h", "shorten"])),
+            warnings: 0,
+        },
+        Case {
+            what: "exactly the maximum",
+            spec: booking("2030-06-01T13:00:00Z", "2030-06-01T17:00:00Z"),
+            policy: max4h,
+            denied: None,
+            warnings: 0,
+        },
+        Case {
+            what: "no maximum by default",
+            spec: booking("2030-06-01T13:00:00Z", "2031-06-01T13:00:00Z"),
+            policy: Policy::default(),
+            denied: None,
+            warnings: 0,
+        },
+        Case {
+            what: "empty user",
+            spec: with_user(""),
+            policy: Policy::default(),
+            denied: Some(("spec.user_id", &["user_id", "empty"])),
+            warnings: 0,
+        },
+        Case {
+            what: "blank user",
+            spec: with_user("  "),
+            policy: Policy::default(),
+            denied: Some(("spec.user_id", &["user_id"])),
+            warnings: 0,
+        },
+        Case {
+            what: "user too long for a tag",
+            spec: with_user(&"u".repeat(257)),
+            policy: Policy::default(),
+            denied: Some(("spec.user_id", &["256"])),
+            warnings: 0,
+        },
+        Case {
+            what: "service account user",
+            spec: with_user("system:serviceaccount:ci:deployer"),
+            policy: Policy::default(),
+            denied: None,
+            warnings: 0,
+        },
+        Case {
+            what: "resource name with upper case",
+            spec: BookingSpec {
+                resource_name: "EC2.Analytics".into(),
+                ..ok_booking()
+            },
+            policy: Policy::default(),
+            denied: Some(("spec.resource_name", &["EC2.Analytics", "lower-case"])),
+            warnings: 0,
+        },
+        Case {
+            what: "empty resource name",
+            spec: BookingSpec {
+                resource_name: "".into(),
+                ..ok_booking()
+            },
+            policy: Policy::default(),
+            denied: Some(("spec.resource_name", &["resource_name"])),
+            warnings: 0,
+        },
+        Case {
+            what: "unknown notification type (case 09)",
+            spec: BookingSpec {
+                notifications: vec![Notification {
+                    type_: "pigeon".into(),
+                    recipient: "loft-3".into(),
+                    lead_minutes: None,
+                }],
+                ..ok_booking()
+            },
+            policy: Policy::default(),
+            denied: Some(("spec.notifications[0].type", &["pigeon", "email, webhook"])),
+            warnings: 0,
+        },
+        Case {
+            what: "bad email recipient (case 10)",
+            spec: BookingSpec {
+                notifications: vec![email("not-an-address")],
+                ..ok_booking()
+            },
+            policy: Policy::default(),
+            denied: Some((
+                "spec.notifications[0].recipient",
+                &["recipient", "not-an-address", "ann@example.com"],
+            )),
+            warnings: 0,
+        },
+        Case {
+            what: "good email recipient",
+            spec: BookingSpec {
+                notifications: vec![email("ann@example.com")],
+                ..ok_booking()
+            },
+            policy: Policy::default(),
+            denied: None,
+            warnings: 0,
+        },
+        Case {
+            what: "second notification is the bad one",
+            spec: BookingSpec {
+                notifications: vec![email("ann@example.com"), email("@@")],
+                ..ok_booking()
+            },
+            policy: Policy::default(),
+            denied: Some(("spec.notifications[1].recipient", &["notifications[1]"])),
+            warnings: 0,
+        },
+        Case {
+            what: "https webhook",
+            spec: BookingSpec {
+                notifications: vec![Notification {
+                    type_: "webhook".into(),
+                    recipient: "https://hooks.example.com/x".into(),
+                    lead_minutes: Some(5),
+                }],
+                ..ok_booking()
+            },
+            policy: Policy::default(),
+            denied: None,
+            warnings: 0,
+        },
+        Case {
+            what: "plain http webhook",
+            spec: BookingSpec {
+                notifications: vec![Notification {
+                    type_: "webhook".into(),
+                    recipient: "http://hooks.example.com/x".into(),
+                    lead_minutes: None,
+                }],
+                ..ok_booking()
+            },
+            policy: Policy::default(),
+            denied: Some((
+                "spec.notifications[0].recipient",
+                &["https", "http://hooks.example.com/x"],
+            )),
+            warnings: 0,
+        },
+        Case {
+            what: "webhook not a URL",
+            spec: BookingSpec {
+                notifications: vec![Notification {
+                    type_: "webhook".into(),
+                    recipient: "slack".into(),
+                    lead_minutes: None,
+                }],
+                ..ok_booking()
+            },
+            policy: Policy::default(),
+            denied: Some(("spec.notifications[0].recipient", &["not a url"])),
+            warnings: 0,
+        },
+        Case {
+            what: "lead longer than the booking warns",
+            spec: BookingSpec {
+                notifications: vec![Notification {
+                    lead_minutes: Some(90),
+                    ..email("ann@example.com")
+                }],
+                ..ok_booking()
+            },
+            policy: Policy::default(),
+            denied: None,
+            warnings: 1,
+        },
+        Case {
+            what: "lead over a week",
+            spec: BookingSpec {
+                notifications: vec![Notification {
+                    lead_minutes: Some(10_081),
+                    ..email("ann@example.com")
+                }],
+                ..ok_booking()
+            },
+            policy: Policy::default(),
+            denied: Some(("spec.notifications[0].leadMinutes", &["10081"])),
+            warnings: 0,
+        },
+    ];
+    for c in cases {
+        let got = validate_booking(&c.spec, &c.policy, now());
+        match (c.denied, got) {
+            (None, Ok(w)) => assert_eq!(w.len(), c.warnings, "{}: warnings {w:?}", c.what),
+            (Some((field, subs)), Err(e)) => {
+                assert_eq!(e.fields()[0], field, "{}: {e}", c.what);
+                let msg = e.to_string().to_lowercase();
+                for s in subs {
+                    assert!(
+                        msg.contains(&s.to_lowercase()),
+                        "{}: {msg:?} lacks {s:?}",
+                        c.what
+                    );
+                }
+            }
+            (want, got) => panic!("{}: wanted denial {want:?}, got {got:?}", c.what),
+        }
+    }
+}
+
+#[test]
+fn every_violation_is_reported_at_once() {
+    let spec = BookingSpec {
+        resource_name: "Bad Name".into(),
+        start_at: "soon".into(),
+        end_at: "later".into(),
+        user_id: "".into(),
+        notifications: vec![email("x")],
+    };
+    let e = denied(validate_booking(&spec, &Policy::default(), now()));
+    assert_eq!(
+        e.fields(),
+        [
+            "spec.resource_name",
+            "spec.user_id",
+            "spec.start_at",
+            "spec.end_at",
+            "spec.notifications[0].recipient"
+        ]
+    );
+    assert!(e.to_string().matches("; ").count() >= 4, "{e}");
+}
+
+#[test]
+fn past_warning_names_the_end_and_now() {
+    let w = validate_booking(
+        &booking("2023-01-10T22:35:00Z", "2023-01-10T22:45:00Z"),
+        &Policy::default(),
+        now(),
+    )
+    .unwrap();
+    assert!(
+        w[0].contains("2023-01-10T22:45:00Z") && w[0].contains("2030-06-01T12:00:00Z"),
+        "{w:?}"
+    );
+}
+
+#[test]
+fn overlap_message_names_other_booking_user_and_times() {
+    let other = crate::overlap::IndexedBooking {
+        namespace: "ns".into(),
+        name: "first-come".into(),
+        resource_name: "ec2.analytics".into(),
+        user_id: "ann".into(),
+        start_at: "2030-06-01T13:00:00Z".into(),
+        end_at: "2030-06-01T15:00:00Z".into(),
+        slot: Slot::new(
+            Utc.with_ymd_and_hms(2030, 6, 1, 13, 0, 0).unwrap(),
+            Utc.with_ymd_and_hms(2030, 6, 1, 15, 0, 0).unwrap(),
+        )
+        .unwrap(),
+        created_at: None,
+        deleting: false,
+    };
+    let v = overlap_violation(
+        &booking("2030-06-01T14:00:00Z", "2030-06-01T16:00:00Z"),
+        &other,
+    );
+    for s in [
+        "first-come",
+        "ann",
+        "2030-06-01T13:00:00Z",
+        "2030-06-01T15:00:00Z",
+        "ec2.analytics",
+        "back-to-back",
+    ] {
+        assert!(v.message.contains(s), "{} lacks {s}", v.message);
+    }
+}
+
+// === Booking defaults ===
+
+fn full_booking(spec: BookingSpec) -> Booking {
+    let mut b = Booking::new("b", spec);
+    b.metadata.namespace = Some("ns".into());
+    b
+}
+
+#[test]
+fn booking_defaults_fill_absent_fields_only() {
+    // user_id from the requesting user (case 13), label, lead minutes.
+    let mut b = full_booking(BookingSpec {
+        user_id: String::new(),
+        notifications: vec![
+            email("ann@example.com"),
+            Notification {
+                lead_minutes: Some(5),
+                ..email("bob@example.com")
+            },
+        ],
+        ..ok_booking()
+    });
+    let filled = default_booking(&mut b, None, "carol");
+    assert_eq!(b.spec.user_id, "carol");
+    assert_eq!(
+        b.spec.notifications[0].lead_minutes,
+        Some(DEFAULT_NOTIFICATION_LEAD_MINUTES)
+    );
+    assert_eq!(
+        b.spec.notifications[1].lead_minutes,
+        Some(5),
+        "a written value stays"
+    );
+    assert_eq!(
+        b.metadata.labels.as_ref().unwrap()[RESOURCE_LABEL],
+        "ec2.analytics"
+    );
+    let fields: Vec<&str> = filled.iter().map(|d| d.field.as_str()).collect();
+    assert_eq!(
+        fields,
+        [
+            "spec.user_id",
+            "spec.notifications[0].leadMinutes",
+            "metadata.labels.manager.kotaico.de/resource"
+        ]
+    );
+    // A second pass changes nothing: idempotent.
+    let again = b.clone();
+    assert!(default_booking(&mut b, None, "dave").is_empty());
+    assert_eq!(
+        serde_json::to_value(&b).unwrap(),
+        serde_json::to_value(&again).unwrap()
+    );
+}
+
+#[test]
+fn booking_defaults_never_rewrite_user_values() {
+    let mut b = full_booking(ok_booking());
+    b.metadata.labels = Some([(RESOURCE_LABEL.to_owned(), "custom".to_owned())].into());
+    assert!(default_booking(&mut b, None, "carol").is_empty());
+    assert_eq!(b.spec.user_id, "ann");
+    assert_eq!(
+        b.metadata.labels.as_ref().unwrap()[RESOURCE_LABEL],
+        "custom"
+    );
+}
+
+#[test]
+fn booking_update_keeps_the_original_user_and_moves_our_label() {
+    let mut old = full_booking(ok_booking());
+    default_booking(&mut old, None, "x");
+    let mut new = old.clone();
+    new.spec.user_id = String::new();
+    new.spec.resource_name = "ec2.web".into();
+    let filled = default_booking(&mut new, Some(&old), "bob");
+    assert_eq!(
+        new.spec.user_id, "ann",
+        "the updater does not take the booking over"
+    );
+    assert_eq!(
+        new.metadata.labels.as_ref().unwrap()[RESOURCE_LABEL],
+        "ec2.web"
+    );
+    assert_eq!(filled.len(), 2);
+    // A label someone wrote by hand does not follow.
+    let mut hand = old.clone();
+    hand.metadata.labels = Some([(RESOURCE_LABEL.to_owned(), "mine".to_owned())].into());
+    let mut moved = hand.clone();
+    moved.spec.resource_name = "ec2.web".into();
+    assert!(default_booking(&mut moved, Some(&hand), "bob").is_empty());
+    assert_eq!(
+        moved.metadata.labels.as_ref().unwrap()[RESOURCE_LABEL],
+        "mine"
+    );
+}
+
+#[test]
+fn anonymous_requests_get_no_user() {
+    let mut b = full_booking(BookingSpec {
+        user_id: String::new(),
+        ..ok_booking()
+    });
+    default_booking(&mut b, None, "");
+    assert!(b.spec.user_id.is_empty());
+    assert!(validate_booking(&b.spec, &Policy::default(), now()).is_err());
+}
+
+#[test]
+fn label_values() {
+    assert_eq!(resource_label_value("ec2.analytics"), "ec2.analytics");
+    let long = format!("rds.{}", "a".repeat(100));
+    let v = resource_label_value(&long);
+    assert!(
+        is_label_value(&v) && v.len() <= MAX_LABEL_VALUE_LEN && v.starts_with("rds.aaa"),
+        "{v}"
+    );
+    assert_eq!(v, resource_label_value(&long), "stable");
+    let other = format!("rds.{}b", "a".repeat(100));
+    assert_ne!(
+        v,
+        resource_label_value(&other),
+        "distinct names, distinct values"
+    );
+    let exactly = "a".repeat(63);
+    assert_eq!(resource_label_value(&exactly), exactly);
+    let ends_badly = format!("{}-.{}", "a".repeat(51), "b".repeat(30));
+    assert!(is_label_value(&resource_label_value(&ends_badly)));
+    assert!(is_label_value(&resource_label_value("...")));
+    assert!(!is_label_value("-a") && !is_label_value("a-") && !is_label_value("a b"));
+}
+
+// === BookingScheduler ===
+
+#[test]
+fn scheduler_table() {
+    let cases: Vec<(&str, BookingSchedulerSpec, Expect)> = vec![
+        ("original sample", scheduler("0 * * * *", 20), None),
+        (
+            "duration equal to the interval",
+            scheduler("*/10 * * * *", 10),
+            None,
+        ),
+        (
+            "duration longer than the interval (case 12)",
+            scheduler("*/10 * * * *", 15),
+            Some(("spec.duration", &["duration", "15", "10m", "*/10 * * * *"])),
+        ),
+        (
+            "bad minute (case 11)",
+            scheduler("61 * * * *", 20),
+            Some(("spec.schedule", &["61 * * * *"])),
+        ),
+        (
+            "four fields",
+            scheduler("0 * * *", 20),
+            Some(("spec.schedule", &["0 * * *", "5 fields"])),
+        ),
+        ("macro", scheduler("@daily", 60), None),
+        (
+            "daily too long",
+            scheduler("@daily", 1441),
+            Some(("spec.duration", &["1d"])),
+        ),
+        (
+            "weekdays at 8: one day apart",
+            scheduler("0 8 * * 1-5", 24 * 60),
+            None,
+        ),
+        (
+            "irregular list",
+            scheduler("0,50 * * * *", 15),
+            Some(("spec.duration", &["10m"])),
+        ),
+        (
+            "zero duration",
+            scheduler("0 * * * *", 0),
+            Some(("spec.duration", &["at least 1"])),
+        ),
+        (
+            "bad zone",
+            BookingSchedulerSpec {
+                time_zone: Some("Mars/Olympus".into()),
+                ..scheduler("0 * * * *", 20)
+            },
+            Some(("spec.timeZone", &["Mars/Olympus", "IANA"])),
+        ),
+        (
+            "good zone",
+            BookingSchedulerSpec {
+                time_zone: Some("Europe/Berlin".into()),
+                ..scheduler("30 2 * * *", 60)
+            },
+            None,
+        ),
+        (
+            "negative deadline",
+            BookingSchedulerSpec {
+                starting_deadline_seconds: Some(-1),
+                ..scheduler("0 * * * *", 20)
+            },
+            Some(("spec.startingDeadlineSeconds", &["-1"])),
+        ),
+        (
+            "template without user",
+            BookingSchedulerSpec {
+                booking_template: BookingTemplate {
+                    user_id: "".into(),
+                    ..scheduler("0 * * * *", 1).booking_template
+                },
+                ..scheduler("0 * * * *", 20)
+            },
+            Some(("spec.bookingTemplate.user_id", &["user_id"])),
+        ),
+        (
+            "template bad resource",
+            BookingSchedulerSpec {
+                booking_template: BookingTemplate {
+                    resource_name: "A_B".into(),
+                    ..scheduler("0 * * * *", 1).booking_template
+                },
+                ..scheduler("0 * * * *", 20)
+            },
+            Some(("spec.bookingTemplate.resource_name", &["A_B"])),
+        ),
+        (
+            "template bad notification",
+            BookingSchedulerSpec {
+                booking_template: BookingTemplate {
+                    notifications: vec![Notification {
+                        type_: "sms".into(),
+                        recipient: "1".into(),
+                        lead_minutes: None,
+                    }],
+                    ..scheduler("0 * * * *", 1).booking_template
+                },
+                ..scheduler("0 * * * *", 20)
+            },
+            Some(("spec.bookingTemplate.notifications[0].type", &["sms"])),
+        ),
+    ];
+    for (what, spec, want) in cases {
+        let got = validate_booking_scheduler(&spec, &Policy::default(), now());
+        match (want, got) {
+            (None, Ok(_)) => {}
+            (Some((field, subs)), Err(e)) => {
+                assert_eq!(e.fields()[0], field, "{what}: {e}");
+                let msg = e.to_string().to_lowercase();
+                for s in subs {
+                    assert!(
+                        msg.contains(&s.to_lowercase()),
+                        "{what}: {msg:?} lacks {s:?}"
+                    );
+                }
+            }
+            (want, got) => panic!("{what}: wanted {want:?}, got {got:?}"),
+        }
+    }
+}
+
+#[test]
+fn cron_errors_quote_the_expression_as_written_on_one_line() {
+    let e = denied(validate_booking_scheduler(
+        &scheduler("61 * * * *", 20),
+        &Policy::default(),
+        now(),
+    ));
+    let m = e.to_string();
+    assert!(m.contains("\"61 * * * *\""), "{m}");
+    assert!(
+        !m.contains('\n') && !m.contains('^') && !m.contains("0 61"),
+        "{m}"
+    );
+    assert!(m.contains("61"), "{m}");
+}
+
+#[test]
+fn scheduler_maximum_duration_policy() {
+    let policy = Policy {
+        max_booking_duration: Some(Duration::minutes(30)),
+    };
+    let e = denied(validate_booking_scheduler(
+        &scheduler("0 * * * *", 45),
+        &policy,
+        now(),
+    ));
+    assert_eq!(e.fields(), ["spec.duration"]);
+}
+
+#[test]
+fn scheduler_defaults() {
+    let mut s = BookingScheduler::new(
+        "s",
+        BookingSchedulerSpec {
+            booking_template: BookingTemplate {
+                user_id: String::new(),
+                notifications: vec![email("a@b.example")],
+                ..scheduler("0 * * * *", 20).booking_template
+            },
+            ..scheduler("0 * * * *", 20)
+        },
+    );
+    let filled = default_booking_scheduler(&mut s, None, "carol");
+    assert_eq!(s.spec.time_zone.as_deref(), Some("UTC"));
+    assert_eq!(s.spec.booking_template.user_id, "carol");
+    assert_eq!(
+        s.spec.booking_template.notifications[0].lead_minutes,
+        Some(20)
+    );
+    assert_eq!(filled.len(), 3);
+    assert!(
+        default_booking_scheduler(&mut s, None, "dave").is_empty(),
+        "idempotent"
+    );
+    let mut berlin = BookingScheduler::new(
+        "s",
+        BookingSchedulerSpec {
+            time_zone: Some("Europe/Berlin".into()),
+            ..scheduler("0 * * * *", 20)
+        },
+    );
+    assert!(default_booking_scheduler(&mut berlin, None, "x").is_empty());
+    assert_eq!(berlin.spec.time_zone.as_deref(), Some("Europe/Berlin"));
+}
+
+// === Resource and ResourceMonitor ===
+
+fn resource(type_: &str, tag: &str) -> ResourceSpec {
+    ResourceSpec {
+        type_: type_.into(),
+        tag: tag.into(),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn resource_table() {
+    let cases: Vec<(&str, ResourceSpec, Expect)> = vec![
+        ("ec2", resource("ec2", "analytics"), None),
+        ("rds", resource("rds", "analytics"), None),
+        (
+            "original sample with empty manual booking",
+            ResourceSpec {
+                booked_by: Some("".into()),
+                booked_until: Some("".into()),
+                ..resource("ec2", "analytics")
+            },
+            None,
+        ),
+        (
+            "unknown type lists the supported ones (case 14)",
+            resource("gce", "analytics"),
+            Some(("spec.type", &["gce", "ec2", "rds"])),
+        ),
+        (
+            "upper-case type",
+            resource("EC2", "analytics"),
+            Some(("spec.type", &["EC2"])),
+        ),
+        (
+            "empty tag",
+            resource("ec2", ""),
+            Some(("spec.tag", &["tag"])),
+        ),
+        (
+            "long tag",
+            resource("ec2", &"t".repeat(257)),
+            Some(("spec.tag", &["256"])),
+        ),
+        (
+            "good region",
+            ResourceSpec {
+                region: Some("eu-central-1".into()),
+                ..resource("ec2", "a")
+            },
+            None,
+        ),
+        (
+            "gov region",
+            ResourceSpec {
+                region: Some("us-gov-west-1".into()),
+                ..resource("ec2", "a")
+            },
+            None,
+        ),
+        (
+            "bad region",
+            ResourceSpec {
+                region: Some("Frankfurt".into()),
+                ..resource("ec2", "a")
+            },
+            Some(("spec.region", &["Frankfurt", "eu-central-1"])),
+        ),
+        (
+            "bad booked_until",
+            ResourceSpec {
+                booked_until: Some("noon".into()),
+                ..resource("ec2", "a")
+            },
+            Some(("spec.booked_until", &["noon"])),
+        ),
+    ];
+    for (what, spec, want) in cases {
+        match (want, validate_resource(&spec)) {
+            (None, Ok(_)) => {}
+            (Some((field, subs)), Err(e)) => {
+                assert_eq!(e.fields()[0], field, "{what}: {e}");
+                for s in subs {
+                    assert!(e.to_string().contains(s), "{what}: {e} lacks {s:?}");
+                }
+            }
+            (want, got) => panic!("{what}: wanted {want:?}, got {got:?}"),
+        }
+    }
+    let w = validate_resource(&ResourceSpec {
+        hibernate: Some(true),
+        ..resource("rds", "a")
+    })
+    .unwrap();
+    assert_eq!(w.len(), 1);
+}
+
+#[test]
+fn resource_monitor_table() {
+    assert!(
+        validate_resource_monitor(&ResourceMonitorSpec {
+            type_: "ec2".into(),
+            ..Default::default()
+        })
+        .is_ok()
+    );
+    let e = denied(validate_resource_monitor(&ResourceMonitorSpec {
+        type_: "azure".into(),
+        ..Default::default()
+    }));
+    assert!(e.to_string().contains("ec2, rds"), "{e}");
+    let e = denied(validate_resource_monitor(&ResourceMonitorSpec {
+        type_: "rds".into(),
+        regions: vec!["eu-west-1".into(), "moon".into()],
+        ..Default::default()
+    }));
+    assert_eq!(e.fields(), ["spec.regions[1]"]);
+    let mut r = Resource::new("r", resource("ec2", "a"));
+    let before = r.clone();
+    assert!(default_resource(&mut r).is_empty());
+    assert_eq!(
+        serde_json::to_value(&r).unwrap(),
+        serde_json::to_value(&before).unwrap()
+    );
+    let mut m = ResourceMonitor::new(
+        "m",
+        ResourceMonitorSpec {
+            type_: "ec2".into(),
+            ..Default::default()
+        },
+    );
+    assert!(default_resource_monitor(&mut m).is_empty());
+}
+
+#[test]
+fn object_names_and_regions() {
+    for ok in ["ec2.analytics", "a", "a-b.c-d", &"a".repeat(253)] {
+        assert!(is_object_name(ok), "{ok}");
+    }
+    for bad in ["", "A", "-a", "a-", "a_b", "a b", &"a".repeat(254)] {
+        assert!(!is_object_name(bad), "{bad}");
+    }
+    for ok in [
+        "eu-central-1",
+        "us-east-1",
+        "ap-southeast-2",
+        "us-gov-west-1",
+    ] {
+        assert!(is_region(ok), "{ok}");
+    }
+    for bad in [
+        "",
+        "eu",
+        "eu-1",
+        "EU-central-1",
+        "eu-central-",
+        "eu--1",
+        "europe-central-1",
+    ] {
+        assert!(!is_region(bad), "{bad}");
+    }
+}
+
+#[test]
+fn original_samples_are_valid() {
+    let dir =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/reference/samples");
+    let read =
+        |f: &str| std::fs::read_to_string(dir.join(f)).unwrap_or_else(|e| panic!("{f}: {e}"));
+    let b: Booking = serde_yaml::from_str(&read("manager_v1_booking.yaml")).unwrap();
+    assert_eq!(
+        validate_booking(&b.spec, &Policy::default(), now())
+            .unwrap()
+            .len(),
+        1,
+        "past warning"
+    );
+    let s: BookingScheduler =
+        serde_yaml::from_str(&read("manager_v1_bookingscheduler.yaml")).unwrap();
+    assert!(validate_booking_scheduler(&s.spec, &Policy::default(), now()).is_ok());
+    let r: Resource = serde_yaml::from_str(&read("manager_v1_resource.yaml")).unwrap();
+    assert!(validate_resource(&r.spec).is_ok());
+    let m: ResourceMonitor =
+        serde_yaml::from_str(&read("manager_v1_resourcemonitor.yaml")).unwrap();
+    assert!(validate_resource_monitor(&m.spec).is_ok());
+}
+
+#[test]
+fn scheduler_validation_is_bounded_for_frequent_and_rare_schedules() {
+    for (schedule, duration) in [
+        ("* * * * *", 1),
+        ("0 0 29 2 *", 60),
+        ("*/5 * * * *", 5),
+        ("30 2 * * 0", 60),
+    ] {
+        let started = std::time::Instant::now();
+        let outcome =
+            validate_booking_scheduler(&scheduler(schedule, duration), &Policy::default(), now());
+        let elapsed = started.elapsed();
+        assert!(outcome.is_ok(), "{schedule}: {outcome:?}");
+        eprintln!("{schedule:>12} duration {duration}: {elapsed:?}");
+        assert!(
+            elapsed < std::time::Duration::from_secs(2),
+            "{schedule}: {elapsed:?}"
+        );
+    }
+}

@@ -1,0 +1,695 @@
+//! End to end: the real `booking-controller` binary against the in-repo Kubernetes API server and
+//! the real moto server. Bookings in the past, now and in the future; instances really change
+//! state; lock tags appear and disappear; deleting an active booking stops the group; a monitor
+//! discovers groups; describe calls per refresh do not grow with the number of Resources.
+//!
+//! The binary is taken from the target directory (`cargo build -p booking-controller`; `make
+//! test` builds every binary of the workspace first). A missing or stale binary fails the test.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant, SystemTime};
+
+use booking_harness::TestDir;
+use booking_harness::aws_query::Service;
+use booking_harness::moto::{self, MotoServer};
+use booking_harness::process::{ManagedProcess, ProcessBuilder, Readiness};
+use booking_shared::api::{
+    Booking, BookingPhase, BookingSpec, Resource, ResourceMonitor, ResourceMonitorSpec,
+    ResourceSpec,
+};
+use booking_shared::time::format_rfc3339;
+use chrono::Utc;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Event;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::ResourceExt as _;
+use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams};
+use kube_test_server::{Options, TestServer};
+
+const NS: &str = "default";
+const OTHER_REGION: &str = "us-west-2";
+
+fn controller_binary() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    let dir = exe
+        .parent()
+        .and_then(|d| d.parent())
+        .expect("target/<profile>");
+    let bin = dir.join("booking-controller");
+    assert!(
+        bin.is_file(),
+        "{} is missing: build it with `cargo build -p booking-controller`",
+        bin.display()
+    );
+    let built = std::fs::metadata(&bin).and_then(|m| m.modified()).unwrap();
+    let src = booking_tests::repo_root().join("controller/src");
+    let newest = walk_newest(&src);
+    assert!(
+        built >= newest,
+        "{} is older than controller/src: rebuild it with `cargo build -p booking-controller`",
+        bin.display()
+    );
+    bin
+}
+
+fn walk_newest(dir: &std::path::Path) -> SystemTime {
+    let mut newest = SystemTime::UNIX_EPOCH;
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        let t = if p.is_dir() {
+            walk_newest(&p)
+        } else {
+            e.metadata().and_then(|m| m.modified()).unwrap()
+        };
+        newest = newest.max(t);
+    }
+    newest
+}
+
+async fn wait_for<F, Fut>(what: &str, timeout: Duration, mut f: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<(), String>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        match f().await {
+            Ok(()) => return,
+            Err(last) if Instant::now() >= deadline => {
+                panic!("timed out after {timeout:?} waiting for {what}: {last}")
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(150)).await,
+        }
+    }
+}
+
+fn ec2_in(moto: &MotoServer, region: &str) -> aws_sdk_ec2::Client {
+    let conf = aws_sdk_ec2::config::Builder::from(&moto.sdk_config())
+        .region(aws_config::Region::new(region.to_owned()))
+        .build();
+    aws_sdk_ec2::Client::from_conf(conf)
+}
+
+/// (state, tags) per instance ID.
+async fn instances(
+    client: &aws_sdk_ec2::Client,
+    ids: &[String],
+) -> Vec<(String, Vec<(String, String)>)> {
+    let out = client
+        .describe_instances()
+        .set_instance_ids(Some(ids.to_vec()))
+        .send()
+        .await
+        .expect("DescribeInstances");
+    let all: Vec<_> = out
+        .reservations()
+        .iter()
+        .flat_map(|r| r.instances())
+        .cloned()
+        .collect();
+    ids.iter()
+        .map(|id| {
+            let i = all
+                .iter()
+                .find(|i| i.instance_id() == Some(id))
+                .expect("instance");
+            (
+                i.state().unwrap().name().unwrap().as_str().to_owned(),
+                i.tags()
+                    .iter()
+                    .map(|t| (t.key().unwrap().to_owned(), t.value().unwrap().to_owned()))
+                    .collect(),
+            )
+        })
+        .collect()
+}
+
+async fn all_in_state(
+    client: &aws_sdk_ec2::Client,
+    ids: &[String],
+    want: &str,
+) -> Result<(), String> {
+    let got = instances(client, ids).await;
+    let states: Vec<&str> = got.iter().map(|(s, _)| s.as_str()).collect();
+    if states.iter().all(|s| *s == want) {
+        Ok(())
+    } else {
+        Err(format!("states {states:?}"))
+    }
+}
+
+async fn db_status(rds: &aws_sdk_rds::Client, id: &str) -> String {
+    let out = rds
+        .describe_db_instances()
+        .db_instance_identifier(id)
+        .send()
+        .await
+        .expect("DescribeDBInstances");
+    out.db_instances()[0]
+        .db_instance_status()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+fn resource(name: &str, type_: &str, tag: &str, region: Option<&str>) -> Resource {
+    Resource {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..Default::default()
+        },
+        spec: ResourceSpec {
+            type_: type_.into(),
+            tag: tag.into(),
+            region: region.map(str::to_owned),
+            ..Default::default()
+        },
+        status: None,
+    }
+}
+
+fn booking(
+    name: &str,
+    resource: &str,
+    start: chrono::DateTime<Utc>,
+    end: chrono::DateTime<Utc>,
+) -> Booking {
+    Booking {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..Default::default()
+        },
+        spec: BookingSpec {
+            resource_name: resource.into(),
+            start_at: format_rfc3339(start),
+            end_at: format_rfc3339(end),
+            user_id: format!("user-of-{name}"),
+            notifications: vec![],
+        },
+        status: None,
+    }
+}
+
+async fn phase(api: &Api<Booking>, name: &str) -> Option<BookingPhase> {
+    api.get(name).await.ok()?.status?.status
+}
+
+/// Scrapes one sample of the admin port's metrics: the sum of every series of `name` whose
+/// labels contain all of `labels`.
+async fn metric(admin: &str, name: &str, labels: &[&str]) -> f64 {
+    let text = http_get(admin, "/metrics").await;
+    text.lines()
+        .filter(|l| l.starts_with(name) && labels.iter().all(|x| l.contains(x)))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+async fn http_get(addr: &str, path: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr)
+        .await
+        .expect("admin port");
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.unwrap();
+    out
+}
+
+struct Env {
+    dir: TestDir,
+    moto: MotoServer,
+    server: TestServer,
+    client: kube::Client,
+}
+
+async fn env(label: &str) -> Env {
+    let dir = TestDir::new(label).expect("test dir");
+    let moto = MotoServer::start(&dir).await.expect("moto");
+    let server = TestServer::start(Options::default())
+        .await
+        .expect("API server");
+    let client = server.client().await.expect("client");
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for crd in booking_shared::crd::all() {
+        crds.create(&PostParams::default(), &crd)
+            .await
+            .expect("CRD");
+    }
+    Env {
+        dir,
+        moto,
+        server,
+        client,
+    }
+}
+
+fn start_controller(
+    e: &Env,
+    admin_port: u16,
+    identity: &str,
+    extra: &[(&str, &str)],
+) -> ManagedProcess {
+    let mut b = ProcessBuilder::new(format!("controller-{identity}"), controller_binary())
+        .envs(e.moto.env())
+        .env("KUBECONFIG", e.server.kubeconfig_path())
+        .env("NAMESPACE", NS)
+        .env("ADMIN_ADDRESS", format!("127.0.0.1:{admin_port}"))
+        .env("INVENTORY_INTERVAL_SECONDS", "2")
+        .env("LEASE_DURATION_SECONDS", "3")
+        .env("LEASE_RENEW_SECONDS", "1")
+        .env("POD_NAME", identity)
+        .env("RUST_LOG", "info,booking_controller=debug");
+    for (k, v) in extra {
+        b = b.env(k, v);
+    }
+    b.spawn(&e.dir).expect("controller starts")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bookings_drive_real_instances_through_the_controller() {
+    let e = env("controller-e2e").await;
+    let home = e.moto.ec2();
+    let away = ec2_in(&e.moto, OTHER_REGION);
+    let rds = e.moto.rds();
+    let managed = |tag: &'static str| {
+        [
+            ("resource-booking/managed", "true"),
+            ("resource-booking/application", tag),
+        ]
+    };
+    let analytics = moto::seed_ec2_instances(&home, 2, &managed("analytics"))
+        .await
+        .unwrap();
+    home.stop_instances()
+        .set_instance_ids(Some(analytics.clone()))
+        .send()
+        .await
+        .unwrap();
+    // The original's hyphenated keys, in another region, running without a booking.
+    let web = moto::seed_ec2_instances(
+        &away,
+        1,
+        &[
+            ("resource-booking-managed", "true"),
+            ("resource-booking-application", "web"),
+        ],
+    )
+    .await
+    .unwrap();
+    moto::seed_rds_instance(&rds, "reports-db", &managed("reports"))
+        .await
+        .unwrap();
+    rds.stop_db_instance()
+        .db_instance_identifier("reports-db")
+        .send()
+        .await
+        .unwrap();
+
+    let admin_port = booking_harness::free_port().unwrap();
+    let admin = format!("127.0.0.1:{admin_port}");
+    let mut controller = start_controller(&e, admin_port, "replica-a", &[]);
+    controller
+        .wait_ready(
+            &Readiness::Http(format!("http://{admin}/readyz")),
+            Duration::from_secs(30),
+        )
+        .await
+        .expect("controller ready");
+
+    let resources: Api<Resource> = Api::namespaced(e.client.clone(), NS);
+    let bookings: Api<Booking> = Api::namespaced(e.client.clone(), NS);
+    let pp = PostParams::default();
+    for r in [
+        resource("ec2.analytics", "ec2", "analytics", None),
+        resource("ec2.web", "ec2", "web", Some(OTHER_REGION)),
+        resource("rds.reports", "rds", "reports", None),
+    ] {
+        resources.create(&pp, &r).await.unwrap();
+    }
+    let now = Utc::now();
+    let h = chrono::Duration::hours(1);
+    bookings
+        .create(&pp, &booking("past", "ec2.analytics", now - h * 2, now - h))
+        .await
+        .unwrap();
+    bookings
+        .create(
+            &pp,
+            &booking(
+                "current",
+                "ec2.analytics",
+                now - chrono::Duration::minutes(1),
+                now + h,
+            ),
+        )
+        .await
+        .unwrap();
+    let db_start = now + chrono::Duration::seconds(8);
+    let db_end = db_start + chrono::Duration::seconds(6);
+    bookings
+        .create(&pp, &booking("future-db", "rds.reports", db_start, db_end))
+        .await
+        .unwrap();
+    // Overlaps "current", created later: CONFLICT, naming the winner.
+    bookings
+        .create(&pp, &booking("late", "ec2.analytics", now, now + h))
+        .await
+        .unwrap();
+    bookings
+        .create(&pp, &booking("orphan", "ec2.missing", now - h, now + h))
+        .await
+        .unwrap();
+
+    // Booking now: the group runs, locked for the booking's user until its end.
+    wait_for("analytics running", Duration::from_secs(15), || {
+        all_in_state(&home, &analytics, "running")
+    })
+    .await;
+    wait_for(
+        "lock tags on analytics",
+        Duration::from_secs(10),
+        || async {
+            let got = instances(&home, &analytics).await;
+            let want = (
+                "resource-booking/locked-by".to_string(),
+                "user-of-current".to_string(),
+            );
+            if got.iter().all(|(_, tags)| tags.contains(&want)) {
+                Ok(())
+            } else {
+                Err(format!("{got:?}"))
+            }
+        },
+    )
+    .await;
+    // Unbooked group in the other region (original's tag keys) is stopped.
+    wait_for("web stopped", Duration::from_secs(15), || {
+        all_in_state(&away, &web, "stopped")
+    })
+    .await;
+
+    wait_for("booking phases", Duration::from_secs(10), || async {
+        let got = (
+            phase(&bookings, "past").await,
+            phase(&bookings, "current").await,
+            phase(&bookings, "future-db").await,
+            phase(&bookings, "late").await,
+        );
+        if got
+            == (
+                Some(BookingPhase::Finished),
+                Some(BookingPhase::InProgress),
+                Some(BookingPhase::Scheduled),
+                Some(BookingPhase::Conflict),
+            )
+        {
+            Ok(())
+        } else {
+            Err(format!("{got:?}"))
+        }
+    })
+    .await;
+    let late = bookings.get("late").await.unwrap();
+    let conflict = late
+        .status
+        .unwrap()
+        .conditions
+        .into_iter()
+        .find(|c| c.type_ == "Conflict")
+        .unwrap();
+    assert!(conflict.message.contains("current"), "{conflict:?}");
+    let orphan = bookings.get("orphan").await.unwrap().status.unwrap();
+    assert!(
+        orphan
+            .conditions
+            .iter()
+            .any(|c| c.reason == "ResourceNotFound"),
+        "{orphan:?}"
+    );
+
+    wait_for("analytics status", Duration::from_secs(10), || async {
+        let s = resources
+            .get("ec2.analytics")
+            .await
+            .unwrap()
+            .status
+            .unwrap_or_default();
+        let ready = s
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True");
+        if s.instances == 2
+            && s.running == 2
+            && ready
+            && s.active_booking.as_deref() == Some("current")
+            && s.locked_by.as_deref() == Some("user-of-current")
+        {
+            Ok(())
+        } else {
+            Err(format!("{s:?}"))
+        }
+    })
+    .await;
+    let res = resources.get("ec2.analytics").await.unwrap();
+    assert!(
+        res.spec.booked_by.is_none() && res.spec.booked_until.is_none(),
+        "spec never written"
+    );
+
+    // Future booking of the RDS group: started on time, stopped on time.
+    let started = {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if db_status(&rds, "reports-db").await == "available" {
+                break Utc::now();
+            }
+            assert!(Instant::now() < deadline, "the DB never started");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    let lateness = (started - db_start).num_milliseconds();
+    assert!(
+        (0..1500).contains(&lateness),
+        "DB started {lateness} ms after start_at"
+    );
+    let stopped = {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if db_status(&rds, "reports-db").await == "stopped" {
+                break Utc::now();
+            }
+            assert!(Instant::now() < deadline, "the DB never stopped");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    let lateness = (stopped - db_end).num_milliseconds();
+    assert!(
+        (0..1500).contains(&lateness),
+        "DB stopped {lateness} ms after end_at"
+    );
+    wait_for("future-db finished", Duration::from_secs(5), || async {
+        match phase(&bookings, "future-db").await {
+            Some(BookingPhase::Finished) => Ok(()),
+            p => Err(format!("{p:?}")),
+        }
+    })
+    .await;
+
+    // Deleting the active booking hands the group to the booking it had rejected (now the
+    // first-created booking of that slot); deleting that one too stops the group and removes
+    // the locks — no finalizer involved.
+    bookings
+        .delete("current", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for("late takes over", Duration::from_secs(10), || async {
+        let got = instances(&home, &analytics).await;
+        let want = (
+            "resource-booking/locked-by".to_string(),
+            "user-of-late".to_string(),
+        );
+        let p = phase(&bookings, "late").await;
+        if p == Some(BookingPhase::InProgress)
+            && got
+                .iter()
+                .all(|(s, tags)| s == "running" && tags.contains(&want))
+        {
+            Ok(())
+        } else {
+            Err(format!("{p:?} {got:?}"))
+        }
+    })
+    .await;
+    bookings
+        .delete("late", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for("analytics stopped", Duration::from_secs(15), || {
+        all_in_state(&home, &analytics, "stopped")
+    })
+    .await;
+    wait_for("locks removed", Duration::from_secs(10), || async {
+        let got = instances(&home, &analytics).await;
+        if got
+            .iter()
+            .all(|(_, tags)| !tags.iter().any(|(k, _)| k.contains("locked")))
+        {
+            Ok(())
+        } else {
+            Err(format!("{got:?}"))
+        }
+    })
+    .await;
+
+    // Events for the AWS actions.
+    let events: Api<Event> = Api::namespaced(e.client.clone(), NS);
+    let reasons: Vec<String> = events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|ev| ev.reason)
+        .collect();
+    for want in ["Started", "Stopped", "Locked", "Unlocked", "Conflict"] {
+        assert!(
+            reasons.iter().any(|r| r == want),
+            "no {want} event in {reasons:?}"
+        );
+    }
+
+    // A monitor discovers a new group (exactly one create) and leaves existing Resources alone.
+    let batch = moto::seed_ec2_instances(&home, 1, &managed("batch"))
+        .await
+        .unwrap();
+    let monitors: Api<ResourceMonitor> = Api::namespaced(e.client.clone(), NS);
+    let before = resources
+        .get("ec2.analytics")
+        .await
+        .unwrap()
+        .metadata
+        .resource_version;
+    monitors
+        .create(
+            &pp,
+            &ResourceMonitor {
+                metadata: ObjectMeta {
+                    name: Some("ec2".into()),
+                    ..Default::default()
+                },
+                spec: ResourceMonitorSpec {
+                    type_: "ec2".into(),
+                    ..Default::default()
+                },
+                status: None,
+            },
+        )
+        .await
+        .unwrap();
+    wait_for("ec2.batch created", Duration::from_secs(10), || async {
+        match resources.get_opt("ec2.batch").await.unwrap() {
+            Some(r)
+                if r.spec.tag == "batch"
+                    && r.labels()
+                        .get("manager.kotaico.de/monitor")
+                        .map(String::as_str)
+                        == Some("ec2") =>
+            {
+                Ok(())
+            }
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    wait_for(
+        "the unbooked batch group is stopped",
+        Duration::from_secs(15),
+        || all_in_state(&home, &batch, "stopped"),
+    )
+    .await;
+    wait_for("monitor status", Duration::from_secs(10), || async {
+        let s = monitors
+            .get("ec2")
+            .await
+            .unwrap()
+            .status
+            .unwrap_or_default();
+        if s.groups == vec!["analytics", "batch"] && s.last_scan_time.is_some() {
+            Ok(())
+        } else {
+            Err(format!("{s:?}"))
+        }
+    })
+    .await;
+    let after = resources.get("ec2.analytics").await.unwrap();
+    assert!(
+        after.labels().get("manager.kotaico.de/monitor").is_none(),
+        "existing Resource untouched"
+    );
+    assert_eq!(
+        after.spec,
+        resources.get("ec2.analytics").await.unwrap().spec
+    );
+    let _ = before;
+
+    // Describe calls per refresh do not grow with the number of Resources: 3 more Resources
+    // (each triggers at most one targeted refresh when created), then a window of steady state.
+    let per_refresh = |calls: f64, refreshes: f64| calls / refreshes.max(1.0);
+    let window = |label: &'static str| {
+        let moto = &e.moto;
+        let admin = admin.clone();
+        async move {
+            tokio::time::sleep(Duration::from_secs(3)).await; // settle
+            let r0 = metric(
+                &admin,
+                "booking_controller_inventory_refresh_seconds_count",
+                &["type=\"ec2\""],
+            )
+            .await;
+            moto.clear_recording().await.unwrap();
+            moto.start_recording().await.unwrap();
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            let counts = moto.action_counts().await.unwrap();
+            let r1 = metric(
+                &admin,
+                "booking_controller_inventory_refresh_seconds_count",
+                &["type=\"ec2\""],
+            )
+            .await;
+            let describes = counts.get(Service::Ec2, "DescribeInstances") as f64;
+            eprintln!(
+                "{label}: {describes} DescribeInstances over {} EC2 refreshes",
+                r1 - r0
+            );
+            assert!(r1 - r0 >= 2.0, "{label}: refreshes happen on the interval");
+            per_refresh(describes, r1 - r0)
+        }
+    };
+    let few = window("3 Resources").await;
+    for i in 0..3 {
+        resources
+            .create(
+                &pp,
+                &resource(&format!("ec2.extra-{i}"), "ec2", "analytics", None),
+            )
+            .await
+            .unwrap();
+    }
+    let many = window("6 Resources").await;
+    assert!(
+        few <= 1.5 && many <= 1.5,
+        "one page per refresh: {few} vs {many}"
+    );
+
+    // Graceful shutdown releases the Lease.
+    let status = controller.stop().expect("stop");
+    eprintln!("controller exited: {status:?}");
+    let leases: Api<Lease> = Api::namespaced(e.client.clone(), NS);
+    let lease = leases.get("booking-controller").await.unwrap();
+    assert_eq!(
+        lease.spec.unwrap().holder_identity,
+        None,
+        "lease released on SIGTERM"
+    );
+}

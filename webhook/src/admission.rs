@@ -1,0 +1,426 @@
+//! Admission handlers: plumbing from an AdmissionReview to the pure rules of
+//! [`booking_shared::validation`] and back.
+//!
+//! - `/validate` admits or denies CREATE and UPDATE of the four kinds. DELETE and CONNECT are
+//!   always allowed, requests for a subresource (`status`) are always allowed, and an UPDATE
+//!   that leaves `spec` unchanged (metadata, finalizers, or a status written by the controller)
+//!   is never denied: updates are judged on their spec. Bookings are also checked against the
+//!   overlap index; a booking admitted by a real (not dry-run) request reserves its slot until
+//!   the watch delivers it, so that two requests in quick succession cannot both win.
+//!   Server-side dry-run requests get the same answer and reserve nothing.
+//! - `/mutate` fills absent fields ([`booking_shared::validation`]'s `default_*` functions) and
+//!   answers with an RFC 6902 patch, or with no patch at all when nothing changes.
+//! - Input that is not a v1 AdmissionReview, or a kind this webhook does not serve, is answered
+//!   with an AdmissionReview whose result is an error (code 400): never a panic, never a 500.
+//!
+//! The controller's arbitration (the earlier-created booking holds the Resource) remains the
+//! final guard against races the index cannot see, such as two webhook replicas admitting
+//! overlapping bookings at the same instant.
+
+use base64::{Engine as _, engine::general_purpose::STANDARD as BASE64};
+use booking_shared::{
+    api::{Booking, BookingScheduler, GROUP, Resource, ResourceMonitor},
+    overlap::IndexedBooking,
+    time::Slot,
+    validation::{self, Invalid, Outcome},
+};
+use kube::core::{
+    DynamicObject, GroupVersionKind, Status,
+    admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation},
+};
+use serde::{Serialize, de::DeserializeOwned};
+
+use crate::state::State;
+
+/// The two admission endpoints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Endpoint {
+    /// `POST /validate`: the validating webhook.
+    Validate,
+    /// `POST /mutate`: the mutating (defaulting) webhook.
+    Mutate,
+}
+
+impl Endpoint {
+    /// The metric label and path segment.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Validate => "validate",
+            Self::Mutate => "mutate",
+        }
+    }
+}
+
+/// The kinds this webhook serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// `Booking`.
+    Booking,
+    /// `BookingScheduler`.
+    BookingScheduler,
+    /// `Resource`.
+    Resource,
+    /// `ResourceMonitor`.
+    ResourceMonitor,
+}
+
+impl Kind {
+    /// The kind of a request, if it is one of ours.
+    pub fn of(gvk: &GroupVersionKind) -> Option<Self> {
+        if gvk.group != GROUP {
+            return None;
+        }
+        match gvk.kind.as_str() {
+            "Booking" => Some(Self::Booking),
+            "BookingScheduler" => Some(Self::BookingScheduler),
+            "Resource" => Some(Self::Resource),
+            "ResourceMonitor" => Some(Self::ResourceMonitor),
+            _ => None,
+        }
+    }
+}
+
+/// Outcome class of one review, for metrics and logs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Verdict {
+    /// Admitted (possibly with warnings or a patch).
+    Allowed,
+    /// Denied by a rule.
+    Denied,
+    /// The review could not be judged (malformed input, unknown kind).
+    Error,
+}
+
+impl Verdict {
+    /// The metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Allowed => "allowed",
+            Self::Denied => "denied",
+            Self::Error => "error",
+        }
+    }
+}
+
+/// The answer to one AdmissionReview, with labels for metrics.
+#[derive(Debug)]
+pub struct Decision {
+    /// The AdmissionReview to send back.
+    pub review: AdmissionReview<DynamicObject>,
+    /// The request's kind (`unknown` when unreadable).
+    pub kind: String,
+    /// The request's operation (`UNKNOWN` when unreadable).
+    pub operation: &'static str,
+    /// Allowed, denied or error.
+    pub verdict: Verdict,
+    /// The RFC 6902 patch of a mutating answer, when something changes.
+    pub patch: Option<json_patch::Patch>,
+}
+
+impl Decision {
+    /// The JSON body of the answer. The patch is written as the API server's Go types expect
+    /// a `[]byte`: base64 of the JSON patch, with `patchType: JSONPatch`.
+    pub fn to_json(&self) -> Vec<u8> {
+        let mut value = serde_json::to_value(&self.review).unwrap_or_else(|e| {
+            serde_json::json!({
+                "apiVersion": "admission.k8s.io/v1",
+                "kind": "AdmissionReview",
+                "response": {"uid": "", "allowed": false,
+                    "status": {"code": 400, "message": format!("the answer could not be encoded: {e}")}},
+            })
+        });
+        if let (Some(patch), Some(response)) = (&self.patch, value.get_mut("response")) {
+            let bytes = serde_json::to_vec(patch).unwrap_or_default();
+            response["patch"] = serde_json::Value::String(BASE64.encode(bytes));
+            response["patchType"] = serde_json::Value::String("JSONPatch".to_owned());
+        }
+        serde_json::to_vec(&value).unwrap_or_default()
+    }
+}
+
+impl Decision {
+    /// An error answer to input that is not a readable AdmissionReview.
+    pub fn malformed(message: impl Into<String>) -> Self {
+        let mut response = AdmissionResponse::invalid(message.into());
+        response.result = Status::failure(&response.result.message, "BadRequest").with_code(400);
+        Self {
+            review: response.into_review(),
+            kind: "unknown".to_owned(),
+            operation: "UNKNOWN",
+            verdict: Verdict::Error,
+            patch: None,
+        }
+    }
+}
+
+fn operation_str(op: &Operation) -> &'static str {
+    match op {
+        Operation::Create => "CREATE",
+        Operation::Update => "UPDATE",
+        Operation::Delete => "DELETE",
+        Operation::Connect => "CONNECT",
+    }
+}
+
+/// Judges one AdmissionReview body. Never panics on any input.
+pub fn admit(state: &State, endpoint: Endpoint, body: &[u8]) -> Decision {
+    let review: AdmissionReview<DynamicObject> = match serde_json::from_slice(body) {
+        Ok(r) => r,
+        Err(e) => {
+            return Decision::malformed(format!(
+                "the request body is not an AdmissionReview ({e}); send an admission.k8s.io/v1 AdmissionReview as JSON"
+            ));
+        }
+    };
+    if review.types.api_version != "admission.k8s.io/v1" || review.types.kind != "AdmissionReview" {
+        return Decision::malformed(format!(
+            "apiVersion {:?} kind {:?} is not supported; this webhook speaks admission.k8s.io/v1 AdmissionReview (set admissionReviewVersions: [v1])",
+            review.types.api_version, review.types.kind
+        ));
+    }
+    let request: AdmissionRequest<DynamicObject> = match review.try_into() {
+        Ok(r) => r,
+        Err(_) => {
+            return Decision::malformed(
+                "the AdmissionReview has no request; the API server sends one in every review",
+            );
+        }
+    };
+    let operation = operation_str(&request.operation);
+    let Some(kind) = Kind::of(&request.kind) else {
+        let message = format!(
+            "kind {:?} of group {:?} is not served by this webhook; it serves Booking, BookingScheduler, Resource and ResourceMonitor of {GROUP}: fix the rules of the webhook configuration",
+            request.kind.kind, request.kind.group
+        );
+        let mut response = AdmissionResponse::from(&request);
+        response.allowed = false;
+        response.result = Status::failure(&message, "BadRequest").with_code(400);
+        return Decision {
+            review: response.into_review(),
+            kind: request.kind.kind.clone(),
+            operation,
+            verdict: Verdict::Error,
+            patch: None,
+        };
+    };
+    let ((response, verdict), patch) = match endpoint {
+        Endpoint::Validate => (validate(state, kind, &request), None),
+        Endpoint::Mutate => mutate(kind, &request),
+    };
+    Decision {
+        review: response.into_review(),
+        kind: request.kind.kind.clone(),
+        operation,
+        verdict,
+        patch,
+    }
+}
+
+// === validate =================================================================================
+
+fn validate(
+    state: &State,
+    kind: Kind,
+    req: &AdmissionRequest<DynamicObject>,
+) -> (AdmissionResponse, Verdict) {
+    let allow = || (AdmissionResponse::from(req), Verdict::Allowed);
+    if !matches!(req.operation, Operation::Create | Operation::Update) || req.sub_resource.is_some()
+    {
+        return allow();
+    }
+    let Some(object) = req.object.as_ref() else {
+        return error(
+            req,
+            "the request has no object; CREATE and UPDATE reviews carry the object",
+        );
+    };
+    if req.operation == Operation::Update {
+        let unchanged_spec = req
+            .old_object
+            .as_ref()
+            .is_some_and(|old| old.data.get("spec") == object.data.get("spec"));
+        if unchanged_spec || object.metadata.deletion_timestamp.is_some() {
+            return allow();
+        }
+    }
+    let now = state.now();
+    let outcome = match kind {
+        Kind::Booking => match typed::<Booking>(object, "Booking") {
+            Ok(b) => validate_booking(state, req, &b),
+            Err(e) => Err(e),
+        },
+        Kind::BookingScheduler => typed::<BookingScheduler>(object, "BookingScheduler")
+            .and_then(|s| validation::validate_booking_scheduler(&s.spec, &state.policy, now)),
+        Kind::Resource => typed::<Resource>(object, "Resource")
+            .and_then(|r| validation::validate_resource(&r.spec)),
+        Kind::ResourceMonitor => typed::<ResourceMonitor>(object, "ResourceMonitor")
+            .and_then(|m| validation::validate_resource_monitor(&m.spec)),
+    };
+    match outcome {
+        Ok(warnings) => {
+            let mut response = AdmissionResponse::from(req);
+            if !warnings.is_empty() {
+                response.warnings = Some(warnings);
+            }
+            (response, Verdict::Allowed)
+        }
+        Err(invalid) => {
+            let mut response = AdmissionResponse::from(req).deny(invalid.to_string());
+            response.result = Status::failure(&invalid.to_string(), "Forbidden").with_code(403);
+            (response, Verdict::Denied)
+        }
+    }
+}
+
+/// A Booking's own rules, then its overlaps with other bookings, then the reservation of its
+/// slot (real requests only) and the missing-Resource warning.
+fn validate_booking(state: &State, req: &AdmissionRequest<DynamicObject>, b: &Booking) -> Outcome {
+    let now = state.now();
+    let mut warnings = validation::validate_booking(&b.spec, &state.policy, now)?;
+    let namespace = req
+        .namespace
+        .clone()
+        .or_else(|| b.metadata.namespace.clone())
+        .unwrap_or_default();
+    let name = b.metadata.name.clone().unwrap_or_else(|| req.name.clone());
+    let slot = Slot::of_booking(&b.spec).map_err(|e| {
+        Invalid(vec![validation::Violation {
+            field: "spec.end_at".to_owned(),
+            message: e.to_string(),
+        }])
+    })?;
+    let check = |index: &booking_shared::overlap::OverlapIndex| -> Result<(), Invalid> {
+        let conflicts = index.conflicts(&namespace, &name, &b.spec.resource_name, slot, now);
+        if conflicts.is_empty() {
+            Ok(())
+        } else {
+            Err(Invalid(
+                conflicts
+                    .into_iter()
+                    .map(|other| validation::overlap_violation(&b.spec, other))
+                    .collect(),
+            ))
+        }
+    };
+    if req.dry_run || name.is_empty() {
+        check(&state.read_index())?;
+    } else {
+        // Check and reserve under one write lock, so that two concurrent requests cannot both
+        // see a free slot.
+        let mut index = state.write_index();
+        check(&index)?;
+        index.purge_expired(now);
+        let entry = IndexedBooking {
+            namespace: namespace.clone(),
+            name: name.clone(),
+            resource_name: b.spec.resource_name.clone(),
+            user_id: b.spec.user_id.clone(),
+            start_at: b.spec.start_at.clone(),
+            end_at: b.spec.end_at.clone(),
+            slot,
+            created_at: None,
+            deleting: false,
+        };
+        index.reserve(entry, now + state.reservation_ttl);
+    }
+    if state.resource_exists(&namespace, &b.spec.resource_name) == Some(false) {
+        warnings.push(validation::missing_resource_warning(
+            &namespace,
+            &b.spec.resource_name,
+        ));
+    }
+    Ok(warnings)
+}
+
+// === mutate ===================================================================================
+
+fn mutate(
+    kind: Kind,
+    req: &AdmissionRequest<DynamicObject>,
+) -> ((AdmissionResponse, Verdict), Option<json_patch::Patch>) {
+    let allow = || ((AdmissionResponse::from(req), Verdict::Allowed), None);
+    if !matches!(req.operation, Operation::Create | Operation::Update) || req.sub_resource.is_some()
+    {
+        return allow();
+    }
+    let Some(object) = req.object.as_ref() else {
+        return (
+            error(
+                req,
+                "the request has no object; CREATE and UPDATE reviews carry the object",
+            ),
+            None,
+        );
+    };
+    if object.metadata.deletion_timestamp.is_some() {
+        return allow();
+    }
+    let user = req.user_info.username.as_deref().unwrap_or_default();
+    let patch = match kind {
+        Kind::Booking => defaulted::<Booking>(object, req.old_object.as_ref(), |b, old| {
+            validation::default_booking(b, old, user)
+        }),
+        Kind::BookingScheduler => {
+            defaulted::<BookingScheduler>(object, req.old_object.as_ref(), |s, old| {
+                validation::default_booking_scheduler(s, old, user)
+            })
+        }
+        Kind::Resource => {
+            defaulted::<Resource>(object, None, |r, _| validation::default_resource(r))
+        }
+        Kind::ResourceMonitor => defaulted::<ResourceMonitor>(object, None, |m, _| {
+            validation::default_resource_monitor(m)
+        }),
+    };
+    ((AdmissionResponse::from(req), Verdict::Allowed), patch)
+}
+
+/// The RFC 6902 patch that fills the defaults of `object`, or `None` when nothing changes or
+/// the object does not read as `K` (the API server's schema validation then reports it, with
+/// its own message, after the mutating webhooks).
+fn defaulted<K: Serialize + DeserializeOwned + Clone>(
+    object: &DynamicObject,
+    old: Option<&DynamicObject>,
+    fill: impl FnOnce(&mut K, Option<&K>) -> Vec<validation::Defaulted>,
+) -> Option<json_patch::Patch> {
+    let before: K = typed(object, "").ok()?;
+    let old: Option<K> = old.and_then(|o| typed(o, "").ok());
+    let mut after = before.clone();
+    if fill(&mut after, old.as_ref()).is_empty() {
+        return None;
+    }
+    let patch = json_patch::diff(
+        &serde_json::to_value(&before).ok()?,
+        &serde_json::to_value(&after).ok()?,
+    );
+    (!patch.0.is_empty()).then_some(patch)
+}
+
+// === helpers ==================================================================================
+
+/// Reads a request's object as the typed kind; a mismatch is a violation naming the field.
+fn typed<K: DeserializeOwned>(object: &DynamicObject, kind: &str) -> Result<K, Invalid> {
+    let value = serde_json::to_value(object).map_err(|e| {
+        Invalid(vec![validation::Violation {
+            field: String::new(),
+            message: format!("the object could not be read: {e}"),
+        }])
+    })?;
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let field = e.path().to_string();
+        Invalid(vec![validation::Violation {
+            message: format!(
+                "{field}: the object is not a valid {kind} ({}); fix {field} and apply again",
+                e.inner()
+            ),
+            field,
+        }])
+    })
+}
+
+fn error(req: &AdmissionRequest<DynamicObject>, message: &str) -> (AdmissionResponse, Verdict) {
+    let mut response = AdmissionResponse::from(req);
+    response.allowed = false;
+    response.result = Status::failure(message, "BadRequest").with_code(400);
+    (response, Verdict::Error)
+}

@@ -1,0 +1,114 @@
+//! The watches that feed the webhook's caches: every Booking of the cluster into the overlap
+//! index, every Resource into a kube-runtime reflector store.
+//!
+//! The booking watch follows kube-runtime's reflector semantics: the objects of an initial list
+//! (or of a relist after the watch was interrupted) are buffered and swapped into the index at
+//! once when the list is complete, so the index never shows a half-listed cluster. The webhook
+//! reports ready only after both initial lists.
+
+use std::sync::Arc;
+
+use booking_shared::{
+    api::{Booking, Resource},
+    overlap::IndexedBooking,
+};
+use futures::StreamExt;
+use kube::{
+    Api, Client, ResourceExt,
+    runtime::{
+        WatchStreamExt,
+        reflector::{self, Store, reflector, store::Writer},
+        watcher::{self, Event, watcher},
+    },
+};
+use tokio::sync::watch;
+
+use crate::{server::wait_for, state::State};
+
+/// Applies one watch event of a Booking to the index. `buffer` collects an initial list.
+pub fn apply_booking_event(state: &State, buffer: &mut Vec<IndexedBooking>, event: Event<Booking>) {
+    match event {
+        Event::Init => buffer.clear(),
+        Event::InitApply(b) => buffer.extend(IndexedBooking::from_booking(&b)),
+        Event::InitDone => {
+            let listed = buffer.len();
+            state.write_index().replace_all(buffer.drain(..));
+            state.mark_bookings_synced();
+            tracing::info!(bookings = listed, "booking index synced");
+        }
+        Event::Apply(b) => {
+            let mut index = state.write_index();
+            match IndexedBooking::from_booking(&b) {
+                Some(entry) => index.upsert(entry),
+                // Times that no longer form a slot: such a booking blocks nothing.
+                None => {
+                    index.remove(&b.namespace().unwrap_or_default(), &b.name_any());
+                }
+            }
+        }
+        Event::Delete(b) => {
+            state
+                .write_index()
+                .remove(&b.namespace().unwrap_or_default(), &b.name_any());
+        }
+    }
+}
+
+/// Watches every Booking of the cluster into the index until `shutdown`.
+pub async fn run_booking_watch(
+    client: Client,
+    state: Arc<State>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let api: Api<Booking> = Api::all(client);
+    let mut events = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .boxed();
+    let mut buffer = Vec::new();
+    loop {
+        tokio::select! {
+            event = events.next() => match event {
+                Some(Ok(event)) => apply_booking_event(&state, &mut buffer, event),
+                Some(Err(e)) => tracing::warn!(error = %e, "booking watch failed; retrying with backoff"),
+                None => return,
+            },
+            _ = wait_for(&mut shutdown) => return,
+        }
+    }
+}
+
+/// A Resource store and the writer that fills it.
+pub fn resource_store() -> (Store<Resource>, Writer<Resource>) {
+    reflector::store()
+}
+
+/// Watches every Resource of the cluster into `writer`'s store until `shutdown`; marks the
+/// state's Resource cache synced after the initial list.
+pub async fn run_resource_watch(
+    client: Client,
+    writer: Writer<Resource>,
+    state: Arc<State>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let api: Api<Resource> = Api::all(client);
+    let reader = writer.as_reader();
+    let stream = reflector(writer, watcher(api, watcher::Config::default()))
+        .default_backoff()
+        .boxed();
+    let ready_state = state.clone();
+    let synced = async move {
+        if reader.wait_until_ready().await.is_ok() {
+            ready_state.mark_resources_synced();
+            tracing::info!("Resource cache synced");
+        }
+    };
+    let drive = stream.for_each(|event| async move {
+        if let Err(e) = event {
+            tracing::warn!(error = %e, "Resource watch failed; retrying with backoff");
+        }
+    });
+    tokio::select! {
+        _ = futures::future::join(synced, drive) => {}
+        _ = wait_for(&mut shutdown) => {}
+    }
+}

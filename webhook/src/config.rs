@@ -1,0 +1,102 @@
+//! Command-line flags; every flag can also be given as an environment variable.
+
+use std::{net::SocketAddr, path::PathBuf, time::Duration};
+
+use booking_shared::validation::Policy;
+use clap::{Args as ClapArgs, Parser};
+
+use crate::server::Limits;
+
+/// Rejects overlapping or malformed bookings at admission time and fills defaults.
+#[derive(Parser, Debug, Clone)]
+#[command(name = "booking-webhook", version, about)]
+pub struct Args {
+    /// Serving certificate.
+    #[clap(flatten)]
+    pub tls: TlsArgs,
+    /// Listeners and limits.
+    #[clap(flatten)]
+    pub server: ServerArgs,
+    /// Admission rules.
+    #[clap(flatten)]
+    pub policy: PolicyArgs,
+}
+
+/// The serving certificate.
+#[derive(ClapArgs, Debug, Clone)]
+pub struct TlsArgs {
+    /// PEM certificate chain served on the admission port (reloaded when it changes).
+    #[arg(long, env = "TLS_CERT_FILE")]
+    pub tls_cert_file: PathBuf,
+    /// PEM private key of the certificate (reloaded when it changes).
+    #[arg(long, env = "TLS_KEY_FILE")]
+    pub tls_key_file: PathBuf,
+    /// How often to check the certificate files for changes, in seconds.
+    #[arg(long, env = "TLS_RELOAD_INTERVAL_SECONDS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub tls_reload_interval_seconds: u64,
+}
+
+impl TlsArgs {
+    /// The poll interval.
+    pub fn reload_interval(&self) -> Duration {
+        Duration::from_secs(self.tls_reload_interval_seconds)
+    }
+}
+
+/// Listeners and limits.
+#[derive(ClapArgs, Debug, Clone)]
+pub struct ServerArgs {
+    /// Address of the HTTPS admission listener (`POST /validate`, `POST /mutate`).
+    #[arg(long, env = "WEBHOOK_LISTEN_ADDR", default_value = "0.0.0.0:8443")]
+    pub listen_addr: SocketAddr,
+    /// Address of the plain-HTTP admin listener (`/healthz`, `/readyz`, `/metrics`).
+    #[arg(long, env = "WEBHOOK_ADMIN_ADDR", default_value = "0.0.0.0:8080")]
+    pub admin_addr: SocketAddr,
+    /// Largest request body accepted, in bytes.
+    #[arg(long, env = "WEBHOOK_MAX_BODY_BYTES", default_value_t = 4 * 1024 * 1024)]
+    pub max_body_bytes: usize,
+    /// Deadline for a TLS handshake, for reading request headers and for reading a body, in
+    /// seconds.
+    #[arg(long, env = "WEBHOOK_REQUEST_TIMEOUT_SECONDS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=300))]
+    pub request_timeout_seconds: u64,
+    /// How long open connections may take to finish after SIGTERM, in seconds.
+    #[arg(long, env = "WEBHOOK_SHUTDOWN_GRACE_SECONDS", default_value_t = 20)]
+    pub shutdown_grace_seconds: u64,
+}
+
+impl ServerArgs {
+    /// The limits of the admission server.
+    pub fn limits(&self) -> Limits {
+        let timeout = Duration::from_secs(self.request_timeout_seconds);
+        Limits {
+            max_body_bytes: self.max_body_bytes,
+            handshake_timeout: timeout,
+            header_read_timeout: timeout,
+            body_read_timeout: timeout,
+            shutdown_grace: Duration::from_secs(self.shutdown_grace_seconds),
+        }
+    }
+}
+
+/// Admission rules.
+#[derive(ClapArgs, Debug, Clone)]
+pub struct PolicyArgs {
+    /// Longest booking (and scheduler duration) allowed, in minutes; unset allows any length.
+    #[arg(long, env = "MAX_BOOKING_MINUTES", value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_booking_minutes: Option<u32>,
+    /// How long an admitted booking's slot stays reserved in the overlap index until the watch
+    /// delivers the booking, in seconds.
+    #[arg(long, env = "RESERVATION_TTL_SECONDS", default_value_t = 30)]
+    pub reservation_ttl_seconds: u32,
+}
+
+impl PolicyArgs {
+    /// The policy of the validation rules.
+    pub fn policy(&self) -> anyhow::Result<Policy> {
+        Ok(Policy {
+            max_booking_duration: self
+                .max_booking_minutes
+                .map(|m| chrono::Duration::minutes(i64::from(m))),
+        })
+    }
+}

@@ -1,0 +1,129 @@
+//! `booking-webhook`: the validating and mutating admission webhook of the booking API.
+//!
+//! The handlers are plumbing around the pure rules of [`booking_shared::validation`] and the
+//! interval index of [`booking_shared::overlap`], which the controller uses too:
+//!
+//! - [`admission`]: AdmissionReview in, decision out (validate / mutate), never a panic.
+//! - [`caches`]: the watches feeding the overlap index and the Resource cache.
+//! - [`server`]: the HTTPS admission listener and the plain-HTTP admin listener.
+//! - [`tls`]: the serving certificate, reloaded when its files change.
+//! - [`metrics`]: Prometheus metrics.
+//! - [`config`]: command-line flags (each also an environment variable).
+//!
+//! The controller's arbitration remains the final guard against two overlapping bookings
+//! admitted at the same instant (e.g. by two replicas); see [`admission`].
+
+pub mod admission;
+pub mod caches;
+pub mod config;
+pub mod metrics;
+pub mod server;
+pub mod state;
+pub mod tls;
+
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use tokio::{net::TcpListener, sync::watch};
+
+use crate::{config::Args, metrics::Metrics, state::State};
+
+/// Runs the webhook until SIGTERM or SIGINT: loads the certificate, starts the watches, serves
+/// admission and admin requests, then shuts down gracefully.
+pub async fn run(args: Args) -> anyhow::Result<()> {
+    let policy = args.policy.policy()?;
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let cert = tls::ReloadingCert::load(
+        args.tls.tls_cert_file.clone(),
+        args.tls.tls_key_file.clone(),
+        provider,
+    )
+    .await
+    .context("loading the serving certificate")?;
+    let tls_config = Arc::new(cert.server_config()?);
+
+    let client = kube::Client::try_default()
+        .await
+        .context("connecting to the Kubernetes API (in-cluster config or KUBECONFIG)")?;
+    let metrics = Metrics::new();
+    let (resources, resource_writer) = caches::resource_store();
+    let state = Arc::new(State::new(
+        policy,
+        chrono::Duration::seconds(i64::from(args.policy.reservation_ttl_seconds)),
+        Some(resources),
+        Arc::new(chrono::Utc::now),
+        metrics.clone(),
+    ));
+
+    let admission_listener = TcpListener::bind(args.server.listen_addr)
+        .await
+        .with_context(|| format!("binding the admission port {}", args.server.listen_addr))?;
+    let admin_listener = TcpListener::bind(args.server.admin_addr)
+        .await
+        .with_context(|| format!("binding the admin port {}", args.server.admin_addr))?;
+    tracing::info!(
+        admission = %admission_listener.local_addr()?,
+        admin = %admin_listener.local_addr()?,
+        "booking-webhook listening"
+    );
+
+    let (stop, shutdown) = watch::channel(false);
+    let tasks = vec![
+        tokio::spawn(caches::run_booking_watch(
+            client.clone(),
+            state.clone(),
+            shutdown.clone(),
+        )),
+        tokio::spawn(caches::run_resource_watch(
+            client,
+            resource_writer,
+            state.clone(),
+            shutdown.clone(),
+        )),
+        tokio::spawn(
+            cert.clone()
+                .watch(args.tls.reload_interval(), metrics, shutdown.clone()),
+        ),
+        tokio::spawn(server::serve_admission(
+            admission_listener,
+            tls_config,
+            state.clone(),
+            args.server.limits(),
+            shutdown.clone(),
+        )),
+        tokio::spawn(server::serve_admin(admin_listener, state, shutdown)),
+    ];
+
+    shutdown_signal().await;
+    tracing::info!("shutting down: finishing open requests");
+    let _ = stop.send(true);
+    for task in tasks {
+        if let Err(e) = task.await {
+            tracing::error!(error = %e, "a task of the webhook failed");
+        }
+    }
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// Resolves on SIGTERM (what the kubelet sends) or SIGINT.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {}
+        _ = term => {}
+    }
+}

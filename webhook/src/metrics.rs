@@ -1,0 +1,137 @@
+//! Prometheus metrics of the webhook (prometheus-client), served on the admin port's
+//! `/metrics`.
+
+use std::sync::{Arc, Mutex};
+
+use prometheus_client::{
+    encoding::{EncodeLabelSet, text::encode},
+    metrics::{counter::Counter, family::Family, gauge::Gauge, histogram::Histogram},
+    registry::Registry,
+};
+
+/// Labels of an admission decision.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DecisionLabels {
+    /// `validate` or `mutate`.
+    pub endpoint: String,
+    /// Kind of the reviewed object (`unknown` when unreadable).
+    pub kind: String,
+    /// `CREATE`, `UPDATE`, `DELETE`, `CONNECT` or `UNKNOWN`.
+    pub operation: String,
+    /// `allowed`, `denied` or `error`.
+    pub result: String,
+}
+
+/// Labels of the latency histogram.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EndpointLabels {
+    /// `validate` or `mutate`.
+    pub endpoint: String,
+}
+
+/// Labels of certificate reloads.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReloadLabels {
+    /// `success` or `failure`.
+    pub result: String,
+}
+
+fn latency_histogram() -> Histogram {
+    // 0.25 ms … about 4 s: admission must answer well within the API server's timeout.
+    Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(
+        0.000_25, 2.0, 15,
+    ))
+}
+
+/// All metrics; cheap to clone (the handles share their values).
+#[derive(Clone)]
+pub struct Metrics {
+    registry: Arc<Mutex<Registry>>,
+    /// Decisions by endpoint, kind, operation and result.
+    pub decisions: Family<DecisionLabels, Counter>,
+    /// Admission latency in seconds, from the full body to the encoded answer.
+    pub latency: Family<EndpointLabels, Histogram, fn() -> Histogram>,
+    /// Bookings held by the overlap index.
+    pub indexed_bookings: Gauge,
+    /// Certificate reloads by result.
+    pub certificate_reloads: Family<ReloadLabels, Counter>,
+    /// Requests rejected before admission (body too large, timeouts, wrong method or path).
+    pub rejected_requests: Family<ReasonLabels, Counter>,
+}
+
+/// Labels of requests rejected before admission.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    /// `body_too_large`, `body_timeout`, `not_found`, `method_not_allowed`, `body_error`.
+    pub reason: String,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// A registry with every metric registered under the `booking_webhook` prefix.
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("booking_webhook");
+        let decisions = Family::<DecisionLabels, Counter>::default();
+        let latency: Family<EndpointLabels, Histogram, fn() -> Histogram> =
+            Family::new_with_constructor(latency_histogram);
+        let indexed_bookings = Gauge::default();
+        let certificate_reloads = Family::<ReloadLabels, Counter>::default();
+        let rejected_requests = Family::<ReasonLabels, Counter>::default();
+        registry.register(
+            "admission_decisions",
+            "Admission decisions by endpoint, kind, operation and result",
+            decisions.clone(),
+        );
+        registry.register(
+            "admission_duration_seconds",
+            "Time to judge one AdmissionReview, by endpoint",
+            latency.clone(),
+        );
+        registry.register(
+            "indexed_bookings",
+            "Bookings held by the overlap index",
+            indexed_bookings.clone(),
+        );
+        registry.register(
+            "certificate_reloads",
+            "Reloads of the serving certificate after its files changed, by result",
+            certificate_reloads.clone(),
+        );
+        registry.register(
+            "rejected_requests",
+            "HTTP requests rejected before admission, by reason",
+            rejected_requests.clone(),
+        );
+        Self {
+            registry: Arc::new(Mutex::new(registry)),
+            decisions,
+            latency,
+            indexed_bookings,
+            certificate_reloads,
+            rejected_requests,
+        }
+    }
+
+    /// Counts a request rejected before admission.
+    pub fn reject(&self, reason: &str) {
+        self.rejected_requests
+            .get_or_create(&ReasonLabels {
+                reason: reason.to_owned(),
+            })
+            .inc();
+    }
+
+    /// The OpenMetrics text exposition.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        let registry = self.registry.lock().unwrap_or_else(|e| e.into_inner());
+        // Writing into a String cannot fail.
+        let _ = encode(&mut out, &registry);
+        out
+    }
+}
