@@ -7,7 +7,7 @@ VENV := .venv
 PYTHON ?= python3
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: all build test lint fmt-check clippy venv tools crds demo help
+.PHONY: all build test lint fmt-check clippy venv tools crds demo sandbox-up sandbox-down help
 
 all: build
 
@@ -44,6 +44,7 @@ clippy:
 lint: fmt-check clippy
 
 test: venv tools lint
+	$(CARGO) build --workspace --bins --locked
 	$(CARGO) nextest run --workspace --locked --no-fail-fast
 	$(CARGO) test --workspace --doc --locked
 
@@ -51,7 +52,19 @@ crds:
 	$(CARGO) run --quiet --locked -p booking-shared --bin crdgen -- --out-dir manifests/crds
 	cp manifests/crds/*.yaml manifests/helm/crds/
 
-# Until the sandbox lands, the demo shows what the two binaries accept.
-demo: build
-	./target/debug/booking-controller --help
-	./target/debug/booking-webhook --help
+# The whole system on one machine (tests/sandbox): test API server, moto, SMTP server, webhook
+# and controller. `demo` runs in the foreground with a live view until Ctrl-C; `sandbox-up`
+# starts the same in the background and writes target/sandbox/env; `sandbox-down` stops it.
+SANDBOX_BUILD := $(CARGO) build --locked -p booking-sandbox -p booking-controller -p booking-webhook -p kube-test-server
+
+demo: venv
+	$(SANDBOX_BUILD)
+	./target/debug/booking-sandbox demo
+
+sandbox-up: venv
+	$(SANDBOX_BUILD)
+	./target/debug/booking-sandbox up
+
+sandbox-down:
+	$(CARGO) build --locked -p booking-sandbox
+	./target/debug/booking-sandbox down

@@ -1,5 +1,7 @@
-//! The plain-HTTP admin port: `/healthz` (the process serves), `/readyz` (this replica leads and
-//! its controllers run), `/metrics` (Prometheus text format).
+//! The plain-HTTP admin port: `/healthz` (the process serves), `/readyz` (configuration loaded
+//! and clients built — a standby replica is ready too, or a rolling update would wait forever
+//! for a new pod that cannot lead while the old one holds the Lease; whether a replica leads is
+//! the `booking_controller_leader` metric), `/metrics` (Prometheus text format).
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -37,7 +39,7 @@ fn respond(path: &str, ready: &Readiness, metrics: &Metrics) -> Response<Full<By
         "/readyz" => (
             StatusCode::SERVICE_UNAVAILABLE,
             "text/plain",
-            "not leading yet".to_owned(),
+            "starting".to_owned(),
         ),
         "/metrics" => (
             StatusCode::OK,

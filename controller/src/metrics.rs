@@ -17,6 +17,7 @@ pub struct Metrics {
     aws_calls: Family<Labels, Counter>,
     refresh_seconds: Family<Labels, Histogram>,
     active_bookings: Gauge,
+    leader: Gauge,
     registry: std::sync::Arc<Registry>,
 }
 
@@ -37,6 +38,7 @@ impl Metrics {
             (|| Histogram::new(exponential_buckets(0.005, 2.0, 14))) as fn() -> Histogram,
         );
         let active_bookings = Gauge::default();
+        let leader = Gauge::default();
         registry.register("reconciles", "Reconciliations by kind", reconciles.clone());
         registry.register(
             "reconcile_failures",
@@ -58,7 +60,13 @@ impl Metrics {
             "Bookings IN PROGRESS",
             active_bookings.clone(),
         );
+        registry.register(
+            "leader",
+            "1 while this replica holds the leader Lease and acts, 0 while it stands by",
+            leader.clone(),
+        );
         Self {
+            leader,
             reconciles,
             failures,
             aws_calls,
@@ -108,6 +116,11 @@ impl Metrics {
     /// Sets the number of bookings IN PROGRESS.
     pub fn set_active_bookings(&self, n: i64) {
         self.active_bookings.set(n);
+    }
+
+    /// Records whether this replica leads.
+    pub fn set_leader(&self, leading: bool) {
+        self.leader.set(i64::from(leading));
     }
 
     /// The text exposition.

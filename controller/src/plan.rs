@@ -153,6 +153,9 @@ pub struct Plan {
     pub lock: LockTags,
     /// Lock tag keys to remove, per member.
     pub unlock: Vec<(String, Vec<String>)>,
+    /// Some member is in a transitional state (`pending`, `stopping`, …) on its way to or from
+    /// the target: worth observing again soon.
+    pub transitional: bool,
     /// Members that reached their target: forget their attempts.
     pub settled: Vec<String>,
     /// Events that are not AWS calls.
@@ -327,6 +330,7 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
             }
             converged = false;
             if !actionable {
+                out.transitional = true;
                 // Transitional (pending, stopping, starting, backing-up, …): the next observation
                 // tells; the inventory refresh triggers a reconcile.
                 continue;

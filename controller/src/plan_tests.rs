@@ -574,3 +574,35 @@ fn manual_holder_rules() {
         "expires at its end instant"
     );
 }
+
+#[test]
+fn members_in_transit_ask_for_an_early_look() {
+    let attempts = BTreeMap::new();
+    let keys = TagKeys::default();
+    let s = spec();
+    let run = |members: Vec<Member>, holder_: Option<Holder>| {
+        plan(&PlanInput {
+            owner: OWNER,
+            kind: Kind::Ec2,
+            spec: &s,
+            booking_holder: holder_,
+            members: Some(&members),
+            observed_at: t(10, 0),
+            attempts: &attempts,
+            keys: &keys,
+            backoff: Backoff::default(),
+            now: t(10, 0),
+        })
+        .transitional
+    };
+    // Back-to-back: the previous booking's stop is still in progress when the next one starts.
+    assert!(run(
+        vec![member("i-1", "stopping", &[])],
+        holder("alice", t(11, 0))
+    ));
+    assert!(!run(
+        vec![member("i-1", "running", &[])],
+        holder("alice", t(11, 0))
+    ));
+    assert!(!run(vec![member("i-1", "stopped", &[])], None));
+}

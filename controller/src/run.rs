@@ -141,6 +141,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             let host = std::fs::read_to_string("/etc/hostname").unwrap_or_default();
             format!("{}-{}", host.trim(), std::process::id())
         });
+    ready.set(true);
     let mut leader_task = None;
     if args.leader.leader_elect {
         let cfg = LeaseConfig {
@@ -157,6 +158,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             return Ok(());
         }
         tracing::info!(identity = %cfg.identity, "leading");
+        metrics.set_leader(true);
         leader_task = Some(tokio::spawn(leader::keep(leases, cfg, shutdown_rx.clone())));
     }
 
@@ -183,8 +185,46 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let booking_ctrl = Controller::new(bookings_api.clone(), wc.clone());
     let resource_ctrl = Controller::new(resources_api.clone(), wc.clone());
     let monitor_ctrl = Controller::new(monitors_api, wc.clone());
-    let bookings_store = booking_ctrl.store();
     let resources_store = resource_ctrl.store();
+    // One reflector of Bookings feeds the cache every reconciler reads; its events trigger the
+    // reconciles that depend on other Bookings only *after* the cache holds them, so a
+    // reconcile never decides on a cache older than its trigger (a deleted active booking must
+    // release its group). Bursts coalesce in the watch channels.
+    let (bookings_store, bookings_writer) = kube::runtime::reflector::store::<Booking>();
+    let (bookings_changed, bookings_changed_rx) = watch::channel(0u64);
+    let (bookings_removed, bookings_removed_rx) = watch::channel(0u64);
+    tokio::spawn(
+        kube::runtime::reflector(
+            bookings_writer,
+            kube::runtime::WatchStreamExt::default_backoff(watcher(
+                bookings_api.clone(),
+                wc.clone(),
+            )),
+        )
+        .for_each(move |ev| {
+            let bump = |tx: &watch::Sender<u64>| tx.send_modify(|n| *n = n.wrapping_add(1));
+            match &ev {
+                Ok(watcher::Event::Apply(b)) => {
+                    bump(&bookings_changed);
+                    // A changed slot can change other bookings' arbitration.
+                    if b.metadata.generation.unwrap_or(1) > 1 {
+                        bump(&bookings_removed);
+                    }
+                }
+                Ok(watcher::Event::Delete(_)) => {
+                    bump(&bookings_changed);
+                    bump(&bookings_removed);
+                }
+                Ok(watcher::Event::InitDone) => {
+                    bump(&bookings_changed);
+                    bump(&bookings_removed);
+                }
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, "booking watch error; retrying"),
+            }
+            futures::future::ready(())
+        }),
+    );
 
     let ctx = Arc::new(Context {
         client: client.clone(),
@@ -210,22 +250,6 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     });
 
     let stop = || shutdown_future(shutdown_rx.clone());
-    let same_resource = {
-        let store = bookings_store.clone();
-        move |b: Booking| -> Vec<ObjectRef<Booking>> {
-            let ns = b.namespace();
-            store
-                .state()
-                .iter()
-                .filter(|o| {
-                    o.namespace() == ns
-                        && o.spec.resource_name == b.spec.resource_name
-                        && o.name_any() != b.name_any()
-                })
-                .map(|o| ObjectRef::from_obj(o.as_ref()))
-                .collect()
-        }
-    };
     let of_resource = {
         let store = bookings_store.clone();
         move |r: Resource| -> Vec<ObjectRef<Booking>> {
@@ -240,8 +264,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         }
     };
     let bookings = booking_ctrl
-        .watches(bookings_api.clone(), wc.clone(), same_resource)
         .watches(resources_api.clone(), wc.clone(), of_resource)
+        .reconcile_all_on(ticks(bookings_removed_rx))
         .graceful_shutdown_on(stop())
         .run(
             reconcile::booking::reconcile,
@@ -250,10 +274,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         )
         .for_each(|_| async {});
     let resources = resource_ctrl
-        .watches(bookings_api, wc.clone(), |b: Booking| {
-            b.namespace()
-                .map(|ns| ObjectRef::<Resource>::new(&b.spec.resource_name).within(&ns))
-        })
+        .reconcile_all_on(ticks(bookings_changed_rx))
         .reconcile_all_on(ticks(inventory.subscribe()))
         .graceful_shutdown_on(stop())
         .run(
@@ -305,7 +326,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         stop(),
     );
 
-    ready.set(true);
+    if !args.leader.leader_elect {
+        metrics.set_leader(true);
+    }
     tracing::info!(namespace = %if ns.is_empty() { "*" } else { ns.as_str() }, "controllers running");
     let controllers = async {
         tokio::join!(bookings, resources, monitors, schedulers, notifications);
@@ -327,6 +350,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 }
                 lost = &mut task => {
                     ready.set(false);
+                    metrics.set_leader(false);
                     match lost {
                         Ok(Ok(())) => Ok(()),
                         Ok(Err(why)) => {

@@ -365,7 +365,17 @@ fn day_number(s: &str) -> Result<u32, String> {
         .ok_or_else(|| format!("{s:?} is not a day (0-7 or SUN-SAT)"))
 }
 
+/// The `cron` crate reports errors against its internal 6-field form (with a seconds field this
+/// project does not expose), with a caret line under it: keep only the reason after the caret, so
+/// that messages quote the expression as the user wrote it.
 fn describe_cron_error(raw: &str) -> String {
-    // The cron crate counts a leading seconds field that this project does not expose.
-    raw.replace("Invalid expression: ", "").trim().to_owned()
+    let lines: Vec<&str> = raw.lines().collect();
+    let caret = lines
+        .iter()
+        .rposition(|l| !l.trim().is_empty() && l.trim().chars().all(|c| c == '^'));
+    let reason = match caret {
+        Some(i) if i + 1 < lines.len() => lines[i + 1..].join(" "),
+        _ => raw.replace("Invalid expression: ", ""),
+    };
+    reason.split_whitespace().collect::<Vec<_>>().join(" ")
 }

@@ -34,7 +34,7 @@ use crate::{
         ResourceMonitorSpec, ResourceSpec, SUPPORTED_NOTIFICATION_TYPES, SUPPORTED_RESOURCE_TYPES,
     },
     overlap::IndexedBooking,
-    schedule::{CronSchedule, ScheduleError, parse_time_zone},
+    schedule::{CronSchedule, parse_time_zone},
     time::{Slot, format_rfc3339, parse_rfc3339},
 };
 
@@ -353,7 +353,7 @@ pub fn validate_booking_scheduler(
     let schedule = match CronSchedule::parse(&spec.schedule, zone.unwrap_or(chrono_tz::Tz::UTC)) {
         Ok(s) => Some(s),
         Err(e) => {
-            r.deny("spec.schedule", tidy_schedule_error(e).to_string());
+            r.deny("spec.schedule", e.to_string());
             None
         }
     };
@@ -695,30 +695,6 @@ fn check_region(r: &mut Report, field: &str, region: &str) {
                 "{field}: {region:?} is not an AWS region name; write it like eu-central-1 or us-east-1, or leave it out to use the controller's region"
             ),
         );
-    }
-}
-
-/// The cron parser reports errors against its internal 6-field form, with a caret line under
-/// it; keep only the reason after the caret, so the message quotes the expression as written.
-fn tidy_schedule_error(e: ScheduleError) -> ScheduleError {
-    match e {
-        ScheduleError::Cron { expr, reason } => {
-            let lines: Vec<&str> = reason.lines().collect();
-            let caret = lines
-                .iter()
-                .rposition(|l| !l.trim().is_empty() && l.trim().chars().all(|c| c == '^'));
-            let reason = match caret {
-                Some(i) if i + 1 < lines.len() => lines[i + 1..]
-                    .iter()
-                    .map(|l| l.trim())
-                    .filter(|l| !l.is_empty())
-                    .collect::<Vec<_>>()
-                    .join(" "),
-                _ => reason.split_whitespace().collect::<Vec<_>>().join(" "),
-            };
-            ScheduleError::Cron { expr, reason }
-        }
-        other => other,
     }
 }
 

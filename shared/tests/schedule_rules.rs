@@ -324,6 +324,10 @@ fn rejects_bad_expressions_and_zones() {
             msg.contains(needle),
             "{expr}: {msg} should mention {needle}"
         );
+        assert!(
+            !msg.contains('^') && !msg.contains('\n'),
+            "no parser internals: {msg}"
+        );
     }
     let err = CronSchedule::parse_in("0 * * * *", Some("Mars/Olympus")).unwrap_err();
     assert!(matches!(err, ScheduleError::TimeZone { .. }));

@@ -245,10 +245,9 @@ fn validate(
     }
     let now = state.now();
     let outcome = match kind {
-        Kind::Booking => match typed::<Booking>(object, "Booking") {
-            Ok(b) => validate_booking(state, req, &b),
-            Err(e) => Err(e),
-        },
+        Kind::Booking => {
+            typed::<Booking>(object, "Booking").and_then(|b| validate_booking(state, req, &b, now))
+        }
         Kind::BookingScheduler => typed::<BookingScheduler>(object, "BookingScheduler")
             .and_then(|s| validation::validate_booking_scheduler(&s.spec, &state.policy, now)),
         Kind::Resource => typed::<Resource>(object, "Resource")
@@ -265,7 +264,9 @@ fn validate(
             (response, Verdict::Allowed)
         }
         Err(invalid) => {
-            let mut response = AdmissionResponse::from(req).deny(invalid.to_string());
+            // 403 Forbidden, as the API server reports a webhook denial without a code.
+            let mut response = AdmissionResponse::from(req);
+            response.allowed = false;
             response.result = Status::failure(&invalid.to_string(), "Forbidden").with_code(403);
             (response, Verdict::Denied)
         }
@@ -274,8 +275,12 @@ fn validate(
 
 /// A Booking's own rules, then its overlaps with other bookings, then the reservation of its
 /// slot (real requests only) and the missing-Resource warning.
-fn validate_booking(state: &State, req: &AdmissionRequest<DynamicObject>, b: &Booking) -> Outcome {
-    let now = state.now();
+fn validate_booking(
+    state: &State,
+    req: &AdmissionRequest<DynamicObject>,
+    b: &Booking,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Outcome {
     let mut warnings = validation::validate_booking(&b.spec, &state.policy, now)?;
     let namespace = req
         .namespace

@@ -55,10 +55,11 @@ impl Snapshot {
             .max(self.observed_at)
     }
 
-    /// The group tags present.
+    /// The group tags present on members that are not gone (terminated or being deleted).
     pub fn groups(&self, keys: &TagKeys) -> BTreeSet<String> {
         self.members
             .iter()
+            .filter(|m| !Kind::Ec2.is_gone(&m.state) && !Kind::Rds.is_gone(&m.state))
             .filter_map(|m| m.application(keys).map(str::to_owned))
             .collect()
     }
@@ -75,6 +76,7 @@ pub struct Inventory {
     refresh_now: Notify,
     changed: watch::Sender<u64>,
     scanned: watch::Sender<u64>,
+    first_refresh: tokio::sync::Mutex<()>,
 }
 
 impl Inventory {
@@ -95,6 +97,7 @@ impl Inventory {
             refresh_now: Notify::new(),
             changed: watch::channel(0).0,
             scanned: watch::channel(0).0,
+            first_refresh: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -123,6 +126,20 @@ impl Inventory {
             .unwrap_or_else(|p| p.into_inner())
             .get(key)
             .cloned()
+    }
+
+    /// Registers `key` and makes sure a snapshot of it exists, refreshing once if none does.
+    /// Concurrent callers (many Resources of a new region at start-up) share that one refresh.
+    pub async fn ensure(&self, key: &InventoryKey) -> AwsResult<()> {
+        self.want(key);
+        if self.snapshot(key).is_some() {
+            return Ok(());
+        }
+        let _one_at_a_time = self.first_refresh.lock().await;
+        if self.snapshot(key).is_some() {
+            return Ok(());
+        }
+        self.refresh(key).await
     }
 
     /// Asks the refresh loop to refresh every wanted inventory now (after a start or stop).
@@ -293,5 +310,169 @@ impl Inventory {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex as StdMutex;
+
+    use futures::FutureExt;
+    use futures::future::BoxFuture;
+
+    use super::*;
+    use crate::aws::{AwsError, Page};
+
+    /// EC2 whose listing has `pages` pages; page `fail_at` fails when set.
+    struct Pages {
+        pages: Vec<Vec<Member>>,
+        fail_at: StdMutex<Option<usize>>,
+        calls: StdMutex<Vec<Option<String>>>,
+    }
+
+    fn m(id: &str, tag: &str) -> Member {
+        Member {
+            id: id.into(),
+            arn: None,
+            state: "running".into(),
+            state_reason: None,
+            tags: [
+                ("resource-booking/managed".to_string(), "true".to_string()),
+                ("resource-booking/application".to_string(), tag.to_string()),
+            ]
+            .into(),
+        }
+    }
+
+    impl Ec2Api for Pages {
+        fn describe_instances<'a>(
+            &'a self,
+            _: &'a str,
+            _: &'a Ec2Filter,
+            token: Option<String>,
+        ) -> BoxFuture<'a, AwsResult<Page>> {
+            async move {
+                self.calls.lock().unwrap().push(token.clone());
+                let i: usize = token.as_deref().map_or(0, |t| t.parse().unwrap());
+                if *self.fail_at.lock().unwrap() == Some(i) {
+                    return Err(AwsError::new("RequestLimitExceeded", "slow down"));
+                }
+                let next = (i + 1 < self.pages.len()).then(|| (i + 1).to_string());
+                Ok((self.pages[i].clone(), next))
+            }
+            .boxed()
+        }
+        fn start_instances<'a>(
+            &'a self,
+            _: &'a str,
+            _: &'a [String],
+        ) -> BoxFuture<'a, AwsResult<()>> {
+            async { Ok(()) }.boxed()
+        }
+        fn stop_instances<'a>(
+            &'a self,
+            _: &'a str,
+            _: &'a [String],
+            _: bool,
+        ) -> BoxFuture<'a, AwsResult<()>> {
+            async { Ok(()) }.boxed()
+        }
+        fn create_tags<'a>(
+            &'a self,
+            _: &'a str,
+            _: &'a [String],
+            _: &'a [(String, String)],
+        ) -> BoxFuture<'a, AwsResult<()>> {
+            async { Ok(()) }.boxed()
+        }
+        fn delete_tags<'a>(
+            &'a self,
+            _: &'a str,
+            _: &'a [String],
+            _: &'a [String],
+        ) -> BoxFuture<'a, AwsResult<()>> {
+            async { Ok(()) }.boxed()
+        }
+    }
+
+    impl RdsApi for Pages {
+        fn describe_db_instances<'a>(
+            &'a self,
+            _: &'a str,
+            _: Option<String>,
+        ) -> BoxFuture<'a, AwsResult<Page>> {
+            async { Ok((vec![], None)) }.boxed()
+        }
+        fn start_db_instance<'a>(&'a self, _: &'a str, _: &'a str) -> BoxFuture<'a, AwsResult<()>> {
+            async { Ok(()) }.boxed()
+        }
+        fn stop_db_instance<'a>(&'a self, _: &'a str, _: &'a str) -> BoxFuture<'a, AwsResult<()>> {
+            async { Ok(()) }.boxed()
+        }
+        fn add_tags<'a>(
+            &'a self,
+            _: &'a str,
+            _: &'a str,
+            _: &'a [(String, String)],
+        ) -> BoxFuture<'a, AwsResult<()>> {
+            async { Ok(()) }.boxed()
+        }
+        fn remove_tags<'a>(
+            &'a self,
+            _: &'a str,
+            _: &'a str,
+            _: &'a [String],
+        ) -> BoxFuture<'a, AwsResult<()>> {
+            async { Ok(()) }.boxed()
+        }
+    }
+
+    #[tokio::test]
+    async fn every_page_is_read_and_a_failed_page_keeps_the_last_complete_listing() {
+        let fake = Arc::new(Pages {
+            pages: vec![
+                vec![m("i-1", "a"), m("i-2", "b")],
+                vec![m("i-3", "c")],
+                vec![m("i-4", "a")],
+            ],
+            fail_at: StdMutex::new(None),
+            calls: StdMutex::new(vec![]),
+        });
+        let inv = Inventory::new(
+            fake.clone(),
+            fake.clone(),
+            TagKeys::default(),
+            Metrics::new(),
+        );
+        let key = InventoryKey {
+            kind: Kind::Ec2,
+            region: "eu-central-1".into(),
+        };
+        inv.refresh(&key).await.unwrap();
+        assert_eq!(fake.calls.lock().unwrap().len(), 3, "one call per page");
+        let snap = inv.snapshot(&key).unwrap();
+        assert!(snap.complete);
+        assert_eq!(
+            snap.group(inv.keys(), "a").len(),
+            2,
+            "members from the first and last page"
+        );
+        let groups: Vec<String> = snap.groups(inv.keys()).into_iter().collect();
+        assert_eq!(groups, vec!["a", "b", "c"]);
+
+        // The listing is cut short on page 2: the previous listing stays, marked incomplete
+        // (a monitor must not prune group "c" on its strength).
+        *fake.fail_at.lock().unwrap() = Some(1);
+        let err = inv.refresh(&key).await.unwrap_err();
+        assert_eq!(err.code, "RequestLimitExceeded");
+        let snap = inv.snapshot(&key).unwrap();
+        assert!(!snap.complete);
+        assert!(
+            snap.error
+                .as_deref()
+                .unwrap()
+                .contains("RequestLimitExceeded")
+        );
+        assert!(snap.groups(inv.keys()).contains("c"));
     }
 }

@@ -45,7 +45,12 @@ pub async fn reconcile(b: Arc<Booking>, ctx: Arc<Context>) -> Result<Action> {
     let resource_exists = ctx
         .resources
         .get(&ObjectRef::<Resource>::new(&b.spec.resource_name).within(&ns))
-        .is_some();
+        .is_some()
+        // The cache may lag behind the Resource's creation that triggered this reconcile.
+        || Api::<Resource>::namespaced(ctx.client.clone(), &ns)
+            .get_opt(&b.spec.resource_name)
+            .await?
+            .is_some();
 
     let mut conds = Vec::new();
     let (ready, reason, message) = match (&verdict.invalid, verdict.phase) {

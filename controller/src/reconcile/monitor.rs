@@ -106,10 +106,7 @@ pub async fn reconcile(m: Arc<ResourceMonitor>, ctx: Arc<Context>) -> Result<Act
             kind,
             region: region.clone(),
         };
-        ctx.inventory.want(&key);
-        if ctx.inventory.snapshot(&key).is_none()
-            && let Err(e) = ctx.inventory.refresh(&key).await
-        {
+        if let Err(e) = ctx.inventory.ensure(&key).await {
             problems.push(format!("{region}: {e}"));
         }
         let Some(snap) = ctx.inventory.snapshot(&key) else {

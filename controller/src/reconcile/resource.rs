@@ -26,6 +26,9 @@ const CLEARABLE: &[&str] = &[
     "activeUntil",
 ];
 
+/// How soon a group with EC2 members in transit is observed again.
+const TRANSITION_RECHECK: chrono::Duration = chrono::Duration::seconds(5);
+
 /// Reconciles one Resource.
 #[tracing::instrument(skip_all, fields(namespace, name))]
 pub async fn reconcile(res: Arc<Resource>, ctx: Arc<Context>) -> Result<Action> {
@@ -82,12 +85,8 @@ pub async fn reconcile(res: Arc<Resource>, ctx: Arc<Context>) -> Result<Action> 
         kind,
         region: region.clone(),
     };
-    ctx.inventory.want(&key);
-    if ctx.inventory.snapshot(&key).is_none() {
-        // First Resource of this type and region: observe it now rather than at the next tick.
-        if let Err(e) = ctx.inventory.refresh(&key).await {
-            tracing::warn!(error = %e, "first inventory refresh failed");
-        }
+    if let Err(e) = ctx.inventory.ensure(&key).await {
+        tracing::warn!(error = %e, "first inventory refresh failed");
     }
 
     let now = Utc::now();
@@ -117,6 +116,24 @@ pub async fn reconcile(res: Arc<Resource>, ctx: Arc<Context>) -> Result<Action> 
                 members = snapshot.as_ref().map(|s| s.group(&ctx.keys, &res.spec.tag));
             }
             Err(e) => tracing::warn!(error = %e, "targeted refresh failed"),
+        }
+    }
+    // While EC2 members are in transit (`pending`, `stopping`), look again after a few seconds
+    // rather than at the next full refresh, so that e.g. back-to-back bookings restart a group
+    // as soon as it has stopped. Bounded by actual transitions, not by the number of Resources.
+    if kind == Kind::Ec2
+        && let (Some(snap), Some(ms)) = (&snapshot, &members)
+        && ms
+            .iter()
+            .any(|m| m.state == "pending" || m.state == "stopping")
+        && now - snap.observed_at(&res.spec.tag) >= TRANSITION_RECHECK
+    {
+        match ctx.inventory.refresh_group(&key, &res.spec.tag).await {
+            Ok(()) => {
+                snapshot = ctx.inventory.snapshot(&key);
+                members = snapshot.as_ref().map(|s| s.group(&ctx.keys, &res.spec.tag));
+            }
+            Err(e) => tracing::warn!(error = %e, "refresh of a group in transit failed"),
         }
     }
     let observed_at = snapshot
@@ -193,7 +210,8 @@ pub async fn reconcile(res: Arc<Resource>, ctx: Arc<Context>) -> Result<Action> 
         patch_status(&api, &name, &status, CLEARABLE).await?;
     }
 
-    let next = [final_plan.requeue_at, next_boundary(&verdicts)]
+    let recheck = (kind == Kind::Ec2 && final_plan.transitional).then(|| now + TRANSITION_RECHECK);
+    let next = [final_plan.requeue_at, next_boundary(&verdicts), recheck]
         .into_iter()
         .flatten()
         .filter(|t| *t > now)

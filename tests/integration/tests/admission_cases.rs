@@ -26,7 +26,7 @@ use serde_json::Value;
 use tokio::io::AsyncWriteExt;
 
 /// Namespace and Service of the webhook named by the manifests.
-const WEBHOOK_SERVICE: &str = "booking-system/booking-webhook";
+const WEBHOOK_SERVICE: &str = "resource-booking-operator-system/booking-webhook";
 
 // === The case format ==========================================================================
 
@@ -118,7 +118,7 @@ fn substitute_times(text: &str, now: DateTime<Utc>) -> Result<String, String> {
 
 struct System {
     server: TestServer,
-    _webhook: ManagedProcess,
+    webhook: ManagedProcess,
     dir: TestDir,
 }
 
@@ -167,7 +167,7 @@ async fn start_system() -> System {
     // The serving certificate, for the name the test server calls it by.
     let cert = rcgen::generate_simple_self_signed(vec![
         "localhost".to_owned(),
-        "booking-webhook.booking-system.svc".to_owned(),
+        "booking-webhook.resource-booking-operator-system.svc".to_owned(),
     ])
     .expect("a generated certificate");
     let cert_pem = cert.cert.pem();
@@ -252,7 +252,7 @@ async fn start_system() -> System {
         .expect("booking-webhook becomes ready (its caches synced)");
     System {
         server,
-        _webhook: webhook,
+        webhook,
         dir,
     }
 }
@@ -517,7 +517,7 @@ async fn every_shared_admission_case_passes_through_kubectl() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_dry_run_answers_like_a_real_request_and_reserves_nothing() {
-    let system = start_system().await;
+    let mut system = start_system().await;
     let kubeconfig = system.server.kubeconfig_path();
     let now = Utc::now();
     let t = |h: i64| {
@@ -592,6 +592,9 @@ async fn server_dry_run_answers_like_a_real_request_and_reserves_nothing() {
         "{}",
         got.stdout
     );
+    // SIGTERM: the webhook stops its listeners and watches and exits cleanly.
+    let status = system.webhook.stop().expect("booking-webhook stops");
+    assert!(status.success(), "booking-webhook exited with {status}");
 }
 
 #[test]
@@ -616,4 +619,71 @@ fn placeholders_are_replaced_with_rfc3339_seconds() {
     ] {
         assert!(substitute_times(bad, now).is_err(), "{bad}");
     }
+}
+
+#[test]
+fn webhook_configurations_follow_the_registration_rules() {
+    let path = booking_tests::repo_root().join("manifests/webhook/webhook-configurations.yaml");
+    let docs = booking_tests::read_yaml_documents(&path);
+    let mut validated = Vec::new();
+    let mut mutated = Vec::new();
+    for doc in &docs {
+        let kind = doc["kind"].as_str().unwrap_or_default();
+        assert!(
+            kind == "ValidatingWebhookConfiguration" || kind == "MutatingWebhookConfiguration",
+            "{kind}"
+        );
+        for w in doc["webhooks"].as_array().expect("webhooks") {
+            let name = w["name"].as_str().unwrap_or_default();
+            assert_eq!(w["sideEffects"], "None", "{name}");
+            assert_eq!(
+                w["admissionReviewVersions"],
+                serde_json::json!(["v1"]),
+                "{name}"
+            );
+            let timeout = w["timeoutSeconds"].as_u64().expect("timeoutSeconds");
+            assert!(
+                (1..=5).contains(&timeout),
+                "{name}: timeoutSeconds {timeout}"
+            );
+            let opt_out = &w["namespaceSelector"]["matchExpressions"][0];
+            assert_eq!(opt_out["key"], "manager.kotaico.de/admission", "{name}");
+            assert_eq!(opt_out["operator"], "NotIn", "{name}");
+            let path = w["clientConfig"]["service"]["path"]
+                .as_str()
+                .unwrap_or_default();
+            let expected_path = if kind.starts_with("Mutating") {
+                "/mutate"
+            } else {
+                "/validate"
+            };
+            assert_eq!(path, expected_path, "{name}");
+            for rule in w["rules"].as_array().expect("rules") {
+                assert_eq!(rule["apiGroups"], serde_json::json!(["manager.kotaico.de"]));
+                for r in rule["resources"].as_array().unwrap() {
+                    let r = r.as_str().unwrap().to_owned();
+                    if r == "bookings" {
+                        assert_eq!(w["failurePolicy"], "Fail", "{name}: bookings fail closed");
+                    }
+                    if kind.starts_with("Mutating") {
+                        mutated.push(r);
+                    } else {
+                        validated.push(r);
+                    }
+                }
+            }
+        }
+    }
+    validated.sort();
+    mutated.sort();
+    assert_eq!(
+        validated,
+        [
+            "bookings",
+            "bookingschedulers",
+            "resourcemonitors",
+            "resources"
+        ]
+    );
+    assert_eq!(mutated, ["bookings", "bookingschedulers"]);
 }

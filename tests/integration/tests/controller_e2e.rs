@@ -320,8 +320,22 @@ async fn bookings_drive_real_instances_through_the_controller() {
     let resources: Api<Resource> = Api::namespaced(e.client.clone(), NS);
     let bookings: Api<Booking> = Api::namespaced(e.client.clone(), NS);
     let pp = PostParams::default();
+    // The original's sample Resource (ec2.analytics, empty manual booking), applied unchanged
+    // with the real kubectl.
+    let sample = booking_tests::shared_dir().join("reference/samples/manager_v1_resource.yaml");
+    let out = std::process::Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(e.server.kubeconfig_path())
+        .args(["apply", "-n", NS, "-f"])
+        .arg(&sample)
+        .output()
+        .expect("kubectl runs");
+    assert!(
+        out.status.success(),
+        "kubectl apply: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     for r in [
-        resource("ec2.analytics", "ec2", "analytics", None),
         resource("ec2.web", "ec2", "web", Some(OTHER_REGION)),
         resource("rds.reports", "rds", "reports", None),
     ] {
@@ -452,9 +466,13 @@ async fn bookings_drive_real_instances_through_the_controller() {
     })
     .await;
     let res = resources.get("ec2.analytics").await.unwrap();
-    assert!(
-        res.spec.booked_by.is_none() && res.spec.booked_until.is_none(),
-        "spec never written"
+    assert_eq!(
+        (
+            res.spec.booked_by.as_deref(),
+            res.spec.booked_until.as_deref()
+        ),
+        (Some(""), Some("")),
+        "the controller never writes spec (Argo CD sees no drift)"
     );
 
     // Future booking of the RDS group: started on time, stopped on time.
@@ -469,6 +487,7 @@ async fn bookings_drive_real_instances_through_the_controller() {
         }
     };
     let lateness = (started - db_start).num_milliseconds();
+    eprintln!("DB seen available {lateness} ms after start_at (polled every 100 ms)");
     assert!(
         (0..1500).contains(&lateness),
         "DB started {lateness} ms after start_at"
@@ -484,6 +503,7 @@ async fn bookings_drive_real_instances_through_the_controller() {
         }
     };
     let lateness = (stopped - db_end).num_milliseconds();
+    eprintln!("DB seen stopped {lateness} ms after end_at (polled every 100 ms)");
     assert!(
         (0..1500).contains(&lateness),
         "DB stopped {lateness} ms after end_at"
@@ -622,6 +642,36 @@ async fn bookings_drive_real_instances_through_the_controller() {
         }
     })
     .await;
+    // Pruning (opt-in) deletes the Resource the monitor created once its group is gone.
+    monitors
+        .patch(
+            "ec2",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(serde_json::json!({"spec": {"prune": true}})),
+        )
+        .await
+        .unwrap();
+    home.delete_tags()
+        .resources(&batch[0])
+        .tags(
+            aws_sdk_ec2::types::Tag::builder()
+                .key("resource-booking/application")
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    wait_for("ec2.batch pruned", Duration::from_secs(15), || async {
+        match resources.get_opt("ec2.batch").await.unwrap() {
+            None => Ok(()),
+            Some(_) => Err("still there".into()),
+        }
+    })
+    .await;
+    assert!(
+        resources.get_opt("ec2.web").await.unwrap().is_some(),
+        "not created by the monitor: kept"
+    );
     let after = resources.get("ec2.analytics").await.unwrap();
     assert!(
         after.labels().get("manager.kotaico.de/monitor").is_none(),
@@ -692,4 +742,285 @@ async fn bookings_drive_real_instances_through_the_controller() {
         None,
         "lease released on SIGTERM"
     );
+}
+
+async fn leads(admin: &str) -> bool {
+    match tokio::net::TcpStream::connect(admin).await {
+        Ok(_) => metric(admin, "booking_controller_leader", &[]).await == 1.0,
+        Err(_) => false,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_never_both_act_and_fail_over_in_seconds() {
+    let e = env("controller-e2e-leader").await;
+    let home = e.moto.ec2();
+    let ids = moto::seed_ec2_instances(
+        &home,
+        1,
+        &[
+            ("resource-booking/managed", "true"),
+            ("resource-booking/application", "ha"),
+        ],
+    )
+    .await
+    .unwrap();
+    let ports = [
+        booking_harness::free_port().unwrap(),
+        booking_harness::free_port().unwrap(),
+    ];
+    let admins: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+    let mut a = start_controller(&e, ports[0], "replica-a", &[]);
+    a.wait_ready(
+        &Readiness::Http(format!("http://{}/readyz", admins[0])),
+        Duration::from_secs(30),
+    )
+    .await
+    .expect("first replica leads");
+    let mut b = start_controller(&e, ports[1], "replica-b", &[]);
+    b.wait_ready(
+        &Readiness::Http(format!("http://{}/healthz", admins[1])),
+        Duration::from_secs(30),
+    )
+    .await
+    .expect("second replica serves its admin port");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(leads(&admins[0]).await, "the first replica still leads");
+    assert!(!leads(&admins[1]).await, "the standby does not lead");
+    assert!(
+        http_get(&admins[1], "/readyz")
+            .await
+            .starts_with("HTTP/1.1 200"),
+        "a standby is ready (rolling updates must not wait on it)"
+    );
+
+    let resources: Api<Resource> = Api::namespaced(e.client.clone(), NS);
+    resources
+        .create(
+            &PostParams::default(),
+            &resource("ec2.ha", "ec2", "ha", None),
+        )
+        .await
+        .unwrap();
+    wait_for(
+        "unbooked group stopped by the leader",
+        Duration::from_secs(15),
+        || all_in_state(&home, &ids, "stopped"),
+    )
+    .await;
+    assert_eq!(
+        metric(&admins[1], "booking_controller_aws_calls_total", &[]).await,
+        0.0,
+        "the standby made no AWS call"
+    );
+
+    // The leader dies without releasing the Lease; the standby takes over once it expires.
+    let killed = std::process::Command::new("kill")
+        .args(["-KILL", &a.pid().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let t0 = Instant::now();
+    wait_for("standby leads", Duration::from_secs(10), || async {
+        if leads(&admins[1]).await {
+            Ok(())
+        } else {
+            Err("not ready".into())
+        }
+    })
+    .await;
+    let failover = t0.elapsed();
+    eprintln!("failover took {failover:?}");
+    assert!(
+        failover < Duration::from_secs(8),
+        "failover took {failover:?}"
+    );
+
+    // The new leader acts: a booking now starts the group.
+    let bookings: Api<Booking> = Api::namespaced(e.client.clone(), NS);
+    let now = Utc::now();
+    bookings
+        .create(
+            &PostParams::default(),
+            &booking("ha-now", "ec2.ha", now, now + chrono::Duration::hours(1)),
+        )
+        .await
+        .unwrap();
+    wait_for(
+        "new leader starts the group",
+        Duration::from_secs(15),
+        || all_in_state(&home, &ids, "running"),
+    )
+    .await;
+    let leases: Api<Lease> = Api::namespaced(e.client.clone(), NS);
+    let spec = leases
+        .get("booking-controller")
+        .await
+        .unwrap()
+        .spec
+        .unwrap();
+    assert_eq!(spec.holder_identity.as_deref(), Some("replica-b"));
+    assert!(spec.lease_transitions.unwrap_or(0) >= 1);
+    b.stop().expect("stop");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_member_is_retried_alone_with_backoff_while_the_others_run() {
+    use booking_harness::proxy::{Fault, FaultProxy};
+    let e = env("controller-e2e-faults").await;
+    let proxy = FaultProxy::start(&e.moto.endpoint_url())
+        .await
+        .expect("proxy");
+    let home = e.moto.ec2();
+    let ids = moto::seed_ec2_instances(
+        &home,
+        3,
+        &[
+            ("resource-booking/managed", "true"),
+            ("resource-booking/application", "flaky"),
+        ],
+    )
+    .await
+    .unwrap();
+    home.stop_instances()
+        .set_instance_ids(Some(ids.clone()))
+        .send()
+        .await
+        .unwrap();
+    let bad = ids[1].clone();
+    // AWS refuses to start this one twice (a transitional state), then accepts.
+    proxy.inject(Fault::incorrect_instance_state("StartInstances", &bad).times(2));
+
+    let port = booking_harness::free_port().unwrap();
+    let admin = format!("127.0.0.1:{port}");
+    let endpoint = proxy.endpoint_url();
+    let mut c = start_controller(
+        &e,
+        port,
+        "replica-a",
+        &[("AWS_ENDPOINT_URL", endpoint.as_str())],
+    );
+    c.wait_ready(
+        &Readiness::Http(format!("http://{admin}/readyz")),
+        Duration::from_secs(30),
+    )
+    .await
+    .expect("ready");
+    let resources: Api<Resource> = Api::namespaced(e.client.clone(), NS);
+    let bookings: Api<Booking> = Api::namespaced(e.client.clone(), NS);
+    resources
+        .create(
+            &PostParams::default(),
+            &resource("ec2.flaky", "ec2", "flaky", None),
+        )
+        .await
+        .unwrap();
+    let now = Utc::now();
+    bookings
+        .create(
+            &PostParams::default(),
+            &booking(
+                "flaky-now",
+                "ec2.flaky",
+                now,
+                now + chrono::Duration::hours(1),
+            ),
+        )
+        .await
+        .unwrap();
+
+    let good = vec![ids[0].clone(), ids[2].clone()];
+    wait_for("the healthy members run", Duration::from_secs(10), || {
+        all_in_state(&home, &good, "running")
+    })
+    .await;
+    wait_for(
+        "the failure is reported",
+        Duration::from_secs(10),
+        || async {
+            let s = resources
+                .get("ec2.flaky")
+                .await
+                .unwrap()
+                .status
+                .unwrap_or_default();
+            match s.conditions.iter().find(|c| c.type_ == "Synced") {
+                Some(c)
+                    if c.status == "False"
+                        && c.message.contains(&bad)
+                        && c.message.contains("IncorrectInstanceState") =>
+                {
+                    Ok(())
+                }
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+    wait_for(
+        "the failing member runs after backoff",
+        Duration::from_secs(20),
+        || all_in_state(&home, std::slice::from_ref(&bad), "running"),
+    )
+    .await;
+    wait_for("Ready again", Duration::from_secs(10), || async {
+        let s = resources
+            .get("ec2.flaky")
+            .await
+            .unwrap()
+            .status
+            .unwrap_or_default();
+        let ready = s
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True");
+        let synced = s
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "Synced" && c.status == "True");
+        if ready && synced && s.running == 3 {
+            Ok(())
+        } else {
+            Err(format!("{s:?}"))
+        }
+    })
+    .await;
+
+    // No hot loop: the refused member was tried in the batch, alone, and once more after the
+    // backoff — with seconds between the last refusal and the retry.
+    let starts: Vec<_> = proxy
+        .requests()
+        .into_iter()
+        .filter(|r| r.action.as_deref() == Some("StartInstances") && r.resource_ids.contains(&bad))
+        .collect();
+    assert!(
+        starts.len() <= 4,
+        "{} StartInstances naming {bad}: {starts:?}",
+        starts.len()
+    );
+    let refused: Vec<_> = starts.iter().filter(|r| r.injected.is_some()).collect();
+    assert_eq!(refused.len(), 2);
+    let accepted = starts
+        .iter()
+        .find(|r| r.injected.is_none())
+        .expect("a successful start");
+    let gap = accepted.since_start - refused[1].since_start;
+    assert!(gap >= Duration::from_secs(4), "retried after {gap:?}");
+    let events: Api<Event> = Api::namespaced(e.client.clone(), NS);
+    let notes: Vec<String> = events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|ev| ev.reason.as_deref() == Some("StartFailed"))
+        .filter_map(|ev| ev.message)
+        .collect();
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains(&bad) && n.contains("IncorrectInstanceState")),
+        "{notes:?}"
+    );
+    c.stop().expect("stop");
 }

@@ -163,32 +163,98 @@ fn review(a: &Attributes, uid: &str, object: Option<&Value>) -> Value {
     json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": req})
 }
 
-/// Where webhooks given as `clientConfig.service` are reached: `namespace/name` → base URL
-/// (e.g. `https://127.0.0.1:8443`), since there is no cluster network.
+/// Where webhooks given as `clientConfig.service` are reached: `namespace/name` →
+/// `https://HOST:PORT` (e.g. `https://127.0.0.1:8443`), since there is no cluster network.
 pub type ServiceEndpoints = BTreeMap<String, String>;
 
-fn webhook_url(webhook: &Value, services: &ServiceEndpoints) -> Result<String, String> {
+/// Where a webhook is called: the request URL, the URL as error messages show it, and for
+/// service references the address the service name resolves to.
+#[derive(Clone, Debug, PartialEq)]
+struct Target {
+    url: String,
+    display: String,
+    resolve_to: Option<(String, u16)>,
+}
+
+/// A resolver that maps every name to one endpoint `host:port` (service references), or uses
+/// the system resolver for the name itself.
+#[derive(Clone)]
+struct Resolver(Option<(String, u16)>);
+
+impl tower_service::Service<hyper_util::client::legacy::connect::dns::Name> for Resolver {
+    type Response = std::vec::IntoIter<std::net::SocketAddr>;
+    type Error = std::io::Error;
+    type Future = std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<Self::Response, Self::Error>> + Send>,
+    >;
+
+    fn poll_ready(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, name: hyper_util::client::legacy::connect::dns::Name) -> Self::Future {
+        let fixed = self.0.clone();
+        Box::pin(async move {
+            let addrs: Vec<std::net::SocketAddr> = match fixed {
+                Some((host, port)) => tokio::net::lookup_host((host.as_str(), port))
+                    .await?
+                    .collect(),
+                None => tokio::net::lookup_host((name.as_str(), 0)).await?.collect(),
+            };
+            Ok(addrs.into_iter())
+        })
+    }
+}
+
+/// The target of a webhook. A `clientConfig.service` is called as
+/// `https://<name>.<namespace>.svc<path>` (so the certificate is verified for the service's DNS
+/// name, as in a cluster) while connecting to the configured endpoint.
+fn webhook_target(webhook: &Value, services: &ServiceEndpoints) -> Result<Target, String> {
     let cc = &webhook["clientConfig"];
     if let Some(url) = cc["url"].as_str() {
-        return Ok(url.to_string());
+        return Ok(Target {
+            url: url.to_string(),
+            display: url.to_string(),
+            resolve_to: None,
+        });
     }
     if let Some(svc) = cc.get("service").filter(|s| s.is_object()) {
-        let key = format!(
-            "{}/{}",
+        let (ns, name) = (
             svc["namespace"].as_str().unwrap_or_default(),
-            svc["name"].as_str().unwrap_or_default()
+            svc["name"].as_str().unwrap_or_default(),
         );
+        let key = format!("{ns}/{name}");
         let base = services.get(&key).ok_or_else(|| {
             format!("service {key:?} has no endpoint (the test server reaches services only through configured service endpoints)")
         })?;
+        let endpoint = base
+            .parse::<hyper::Uri>()
+            .ok()
+            .and_then(|u| {
+                Some((
+                    u.host()?.trim_matches(['[', ']']).to_string(),
+                    u.port_u16()?,
+                ))
+            })
+            .ok_or_else(|| {
+                format!("service endpoint {base:?} of {key:?} is not https://HOST:PORT")
+            })?;
         let path = svc["path"].as_str().unwrap_or("/");
-        return Ok(format!("{}{}", base.trim_end_matches('/'), path));
+        let port = svc["port"].as_u64().unwrap_or(443);
+        return Ok(Target {
+            url: format!("https://{name}.{ns}.svc{path}"),
+            display: format!("https://{name}.{ns}.svc:{port}{path}"),
+            resolve_to: Some(endpoint),
+        });
     }
     Err("clientConfig has neither url nor service".into())
 }
 
 async fn post(
-    url: &str,
+    target: &Target,
     ca_bundle: Option<&str>,
     body: Vec<u8>,
     timeout: Duration,
@@ -216,19 +282,27 @@ async fn post(
         .map_err(|e| e.to_string())?
         .with_root_certificates(roots)
         .with_no_client_auth();
+    let mut http = hyper_util::client::legacy::connect::HttpConnector::new_with_resolver(Resolver(
+        target.resolve_to.clone(),
+    ));
+    http.enforce_http(false);
     let https = hyper_rustls::HttpsConnectorBuilder::new()
         .with_tls_config(tls)
         .https_only()
         .enable_http1()
-        .build();
+        .wrap_connector(http);
     let client: hyper_util::client::legacy::Client<_, Full<Bytes>> =
         hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
             .build(https);
-    let authority = url
-        .parse::<hyper::Uri>()
-        .ok()
-        .and_then(|u| u.authority().map(|a| a.to_string()))
-        .unwrap_or_default();
+    let url = target.url.as_str();
+    let authority = match &target.resolve_to {
+        Some((host, port)) => format!("{host}:{port}"),
+        None => url
+            .parse::<hyper::Uri>()
+            .ok()
+            .and_then(|u| u.authority().map(|a| a.to_string()))
+            .unwrap_or_default(),
+    };
     let req = hyper::Request::post(url)
         .header("content-type", "application/json")
         .header("accept", "application/json")
@@ -316,10 +390,12 @@ async fn call(
     }
     let uid = uuid::Uuid::new_v4().to_string();
     let body = review(a, &uid, object);
-    let url = match webhook_url(&w.spec, services) {
-        Ok(u) => {
-            let sep = if u.contains('?') { '&' } else { '?' };
-            format!("{u}{sep}timeout={timeout}s")
+    let target = match webhook_target(&w.spec, services) {
+        Ok(mut t) => {
+            let sep = if t.url.contains('?') { '&' } else { '?' };
+            t.url = format!("{}{sep}timeout={timeout}s", t.url);
+            t.display = format!("{}{sep}timeout={timeout}s", t.display);
+            t
         }
         Err(e) => {
             if fail_open {
@@ -331,8 +407,9 @@ async fn call(
         }
     };
     let ca = w.spec["clientConfig"]["caBundle"].as_str();
+    let url = target.display.clone();
     let result = post(
-        &url,
+        &target,
         ca,
         serde_json::to_vec(&body).unwrap_or_default(),
         Duration::from_secs(timeout),
@@ -418,7 +495,9 @@ pub fn denial(name: &str, status: &Value) -> ApiError {
     e
 }
 
-/// Run the matching mutating webhooks in order, applying their JSON patches to `object`.
+/// Run the matching mutating webhooks in order, applying their JSON patches to `object`; then
+/// re-invoke, once and in order, the webhooks with `reinvocationPolicy: IfNeeded` that ran
+/// before a later webhook changed the object.
 pub async fn mutate(
     webhooks: &[Webhook],
     a: &mut Attributes,
@@ -426,25 +505,55 @@ pub async fn mutate(
     services: &ServiceEndpoints,
     warnings: &mut Vec<String>,
 ) -> Result<(), ApiError> {
-    for w in webhooks.iter().filter(|w| w.mutating) {
-        a.object = Some(object.clone());
-        if !rules_match(&w.spec, a) || !selectors_match(&w.spec, a).map_err(ApiError::internal)? {
-            continue;
-        }
-        match call(w, a, Some(object), services, warnings).await? {
-            Outcome::Denied(e) => return Err(e),
-            Outcome::Allowed { patch: Some(p) } => {
-                crate::patch::json(object, &p).map_err(|e| {
-                    ApiError::internal(format!(
-                        "failed calling webhook {:?}: the server rejected the JSON patch: {e}",
-                        w.spec["name"].as_str().unwrap_or_default()
-                    ))
-                })?;
+    let mutating: Vec<&Webhook> = webhooks.iter().filter(|w| w.mutating).collect();
+    let mut invoked = Vec::new();
+    let mut last_change = None;
+    for (i, w) in mutating.iter().enumerate() {
+        if let Some(changed) = invoke(w, a, object, services, warnings).await? {
+            invoked.push(i);
+            if changed {
+                last_change = Some(i);
             }
-            Outcome::Allowed { patch: None } => {}
+        }
+    }
+    if let Some(last) = last_change {
+        for i in invoked.into_iter().filter(|i| *i < last) {
+            let w = mutating[i];
+            if w.spec["reinvocationPolicy"].as_str() == Some("IfNeeded") {
+                invoke(w, a, object, services, warnings).await?;
+            }
         }
     }
     Ok(())
+}
+
+/// Call one mutating webhook if it matches: `None` when it does not, else whether it changed
+/// the object.
+async fn invoke(
+    w: &Webhook,
+    a: &mut Attributes,
+    object: &mut Value,
+    services: &ServiceEndpoints,
+    warnings: &mut Vec<String>,
+) -> Result<Option<bool>, ApiError> {
+    a.object = Some(object.clone());
+    if !rules_match(&w.spec, a) || !selectors_match(&w.spec, a).map_err(ApiError::internal)? {
+        return Ok(None);
+    }
+    match call(w, a, Some(object), services, warnings).await? {
+        Outcome::Denied(e) => Err(e),
+        Outcome::Allowed { patch: Some(p) } => {
+            let before = object.clone();
+            crate::patch::json(object, &p).map_err(|e| {
+                ApiError::internal(format!(
+                    "failed calling webhook {:?}: the server rejected the JSON patch: {e}",
+                    w.spec["name"].as_str().unwrap_or_default()
+                ))
+            })?;
+            Ok(Some(*object != before))
+        }
+        Outcome::Allowed { patch: None } => Ok(Some(false)),
+    }
 }
 
 /// Run the matching validating webhooks; the first denial wins.
@@ -511,6 +620,67 @@ mod tests {
         assert!(
             !selectors_match(&json!({"objectSelector": {"matchLabels": {"x": "z"}}}), &a).unwrap()
         );
+    }
+
+    #[test]
+    fn reviews_deserialize_into_kube_admission_types() {
+        use kube::core::DynamicObject;
+        use kube::core::admission::{AdmissionRequest, AdmissionReview, Operation};
+        let mut a = attrs();
+        a.object = Some(
+            json!({"apiVersion": "manager.kotaico.de/v1", "kind": "Booking", "metadata": {"name": "b", "namespace": "ns"}, "spec": {}}),
+        );
+        let parsed: AdmissionReview<DynamicObject> =
+            serde_json::from_value(review(&a, "u-1", a.object.as_ref())).unwrap();
+        let req: AdmissionRequest<DynamicObject> = parsed.try_into().unwrap();
+        assert_eq!(req.uid, "u-1");
+        assert_eq!(req.operation, Operation::Create);
+        assert_eq!(req.user_info.username.as_deref(), Some("u"));
+        assert_eq!(req.namespace.as_deref(), Some("ns"));
+        assert!(req.object.is_some() && req.old_object.is_none());
+        let mut del = attrs();
+        del.operation = "DELETE";
+        del.old_object = del.object.take();
+        let parsed: AdmissionReview<DynamicObject> =
+            serde_json::from_value(review(&del, "u-2", None)).unwrap();
+        let req: AdmissionRequest<DynamicObject> = parsed.try_into().unwrap();
+        assert_eq!(req.operation, Operation::Delete);
+        assert!(req.object.is_none() && req.old_object.is_some());
+    }
+
+    #[test]
+    fn service_references_use_configured_endpoints() {
+        let services: ServiceEndpoints = [(
+            "ops/booking-webhook".to_string(),
+            "https://127.0.0.1:9443".to_string(),
+        )]
+        .into();
+        let w = json!({"clientConfig": {"service": {"namespace": "ops", "name": "booking-webhook", "path": "/validate"}}});
+        let t = webhook_target(&w, &services).unwrap();
+        assert_eq!(t.url, "https://booking-webhook.ops.svc/validate");
+        assert_eq!(t.display, "https://booking-webhook.ops.svc:443/validate");
+        assert_eq!(t.resolve_to, Some(("127.0.0.1".to_string(), 9443)));
+        let named: ServiceEndpoints = [(
+            "ops/booking-webhook".to_string(),
+            "https://localhost:9443".to_string(),
+        )]
+        .into();
+        assert_eq!(
+            webhook_target(&w, &named).unwrap().resolve_to,
+            Some(("localhost".to_string(), 9443))
+        );
+        let bad: ServiceEndpoints =
+            [("ops/booking-webhook".to_string(), "localhost".to_string())].into();
+        assert!(webhook_target(&w, &bad).is_err());
+        let unknown = json!({"clientConfig": {"service": {"namespace": "ops", "name": "other"}}});
+        assert!(
+            webhook_target(&unknown, &services)
+                .unwrap_err()
+                .contains("\"ops/other\" has no endpoint")
+        );
+        let url =
+            webhook_target(&json!({"clientConfig": {"url": "https://x/y"}}), &services).unwrap();
+        assert_eq!((url.url.as_str(), url.resolve_to), ("https://x/y", None));
     }
 
     #[test]

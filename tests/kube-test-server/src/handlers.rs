@@ -300,7 +300,10 @@ fn decode(ctx: &Ctx) -> Result<Value, ApiError> {
         .starts_with("application/vnd.kubernetes.protobuf")
     {
         if !crate::protobuf::supported(&ctx.t.kind) {
-            return Err(ApiError::unsupported_media_type(&ctx.r.content_type));
+            return Err(ApiError::unsupported_media_type(&[
+                "application/json",
+                "application/yaml",
+            ]));
         }
         crate::protobuf::decode(&ctx.r.body, &ctx.t.api_version(&ctx.version), &ctx.t.kind)
             .map_err(|e| ApiError::bad_request(format!("error decoding protobuf body: {e}")))?
@@ -469,6 +472,7 @@ fn validate(ctx: &Ctx, obj: &Value, old: Option<&Value>) -> Result<(), ApiError>
     if let Some(c) = schema::name_cause(&name, ctx.t.special == Special::Namespace) {
         causes.push(c);
     }
+    causes.extend(schema::label_causes(obj));
     if let Some(info) = ctx.t.version_info(&ctx.version) {
         if let Some(s) = &info.schema {
             let mut scoped = obj.clone();
@@ -601,7 +605,7 @@ fn attributes(
     }
 }
 
-fn check_namespace(st: &State, t: &ResourceType, ns: &str) -> Result<(), ApiError> {
+fn check_namespace(st: &State, t: &ResourceType, ns: &str, name: &str) -> Result<(), ApiError> {
     if !t.namespaced {
         return Ok(());
     }
@@ -616,7 +620,7 @@ fn check_namespace(st: &State, t: &ResourceType, ns: &str) -> Result<(), ApiErro
             Err(ApiError::forbidden(format!(
                 "{} \"{}\" is forbidden: unable to create new content in namespace {ns} because it is being terminated",
                 crate::status::qualified(&t.group, &t.plural),
-                "",
+                name,
             )))
         }
         Some(_) => Ok(()),
@@ -670,7 +674,7 @@ async fn admit_and_persist(
     let mut storage = to_storage(&ctx.t, &obj);
     match &old {
         None => {
-            check_namespace(&st, &ctx.t, &ctx.ns)?;
+            check_namespace(&st, &ctx.t, &ctx.ns, &name)?;
             if st.get(&key).is_some() {
                 return Err(ApiError::already_exists(ctx.group(), &ctx.t.plural, &name).into());
             }
@@ -712,7 +716,7 @@ async fn admit_and_persist(
                     .is_none_or(|f| f.is_empty());
             if finished {
                 st.put(key.clone(), storage, false);
-                let removed = remove_object(&mut st, &ctx.t, &key).unwrap_or_default();
+                let removed = remove_object(&mut st, &ctx.t, &key, true).unwrap_or_default();
                 return Ok((200, ctx.served(&removed)));
             }
             if ctx.t.special == Special::Crd
@@ -769,8 +773,16 @@ fn crd_status(crd: &mut Value) {
 }
 
 /// Remove an object for good, with the side effects of its kind; returns it.
-fn remove_object(st: &mut State, t: &ResourceType, key: &crate::store::ObjectKey) -> Option<Value> {
+fn remove_object(
+    st: &mut State,
+    t: &ResourceType,
+    key: &crate::store::ObjectKey,
+    cascade: bool,
+) -> Option<Value> {
     let removed = st.remove(key)?;
+    if cascade && let Some(uid) = removed["metadata"]["uid"].as_str() {
+        collect_garbage(st, uid);
+    }
     if t.special == Special::Crd
         && let Ok(ct) = from_crd(&removed)
     {
@@ -791,6 +803,50 @@ fn remove_object(st: &mut State, t: &ResourceType, key: &crate::store::ObjectKey
     Some(removed)
 }
 
+/// Background garbage collection: delete the dependents of a removed owner (objects whose
+/// `ownerReferences` name its uid) that have no other owner left.
+fn collect_garbage(st: &mut State, owner_uid: &str) {
+    let owned_by = |v: &Value, uid: &str| {
+        v["metadata"]["ownerReferences"]
+            .as_array()
+            .is_some_and(|refs| refs.iter().any(|r| r["uid"] == uid))
+    };
+    let dependents: Vec<crate::store::ObjectKey> = st
+        .objects
+        .iter()
+        .filter(|(_, v)| owned_by(v, owner_uid))
+        .map(|(k, _)| k.clone())
+        .collect();
+    for k in dependents {
+        let Some(obj) = st.get(&k) else { continue };
+        let other_owners: Vec<String> = obj["metadata"]["ownerReferences"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|r| r["uid"].as_str())
+            .filter(|u| *u != owner_uid)
+            .map(String::from)
+            .collect();
+        let alive = other_owners.iter().any(|u| {
+            st.objects
+                .values()
+                .any(|o| o["metadata"]["uid"].as_str() == Some(u.as_str()))
+        });
+        if alive {
+            continue;
+        }
+        let t = st
+            .registry
+            .all()
+            .iter()
+            .find(|t| t.storage.0 == k.0 && t.storage.1 == k.1)
+            .cloned();
+        if let Some(t) = t {
+            delete_locked(st, &t, &k, true);
+        }
+    }
+}
+
 /// Remove a terminating namespace once it is empty.
 fn finish_namespace(st: &mut State, ns: &str) {
     let nkey = (
@@ -808,7 +864,12 @@ fn finish_namespace(st: &mut State, ns: &str) {
 }
 
 /// Delete with finalizer semantics: mark (deletionTimestamp) or remove. Returns the object.
-fn delete_locked(st: &mut State, t: &ResourceType, key: &crate::store::ObjectKey) -> Option<Value> {
+fn delete_locked(
+    st: &mut State,
+    t: &ResourceType,
+    key: &crate::store::ObjectKey,
+    cascade: bool,
+) -> Option<Value> {
     let mut obj = st.get(key)?.clone();
     let has_finalizers = obj["metadata"]["finalizers"]
         .as_array()
@@ -848,7 +909,7 @@ fn delete_locked(st: &mut State, t: &ResourceType, key: &crate::store::ObjectKey
         }
         return Some(obj);
     }
-    remove_object(st, t, key)
+    remove_object(st, t, key, cascade)
 }
 
 fn generate_name(prefix: &str) -> String {
@@ -927,7 +988,12 @@ async fn create_object(
     field_validation(ctx, obj, apply_manager.is_some())?;
     {
         let st = ctx.shared.lock();
-        check_namespace(&st, &ctx.t, &ctx.ns)?;
+        check_namespace(
+            &st,
+            &ctx.t,
+            &ctx.ns,
+            obj["metadata"]["name"].as_str().unwrap_or_default(),
+        )?;
     }
     obj["apiVersion"] = json!(ctx.t.api_version(&ctx.version));
     obj["kind"] = json!(ctx.t.kind);
@@ -967,6 +1033,12 @@ async fn create_object(
 
 /// Merge a client's new version of an object with the current one per endpoint rules.
 fn prepare_update(ctx: &Ctx, current: &Value, mut new: Value) -> Result<Value, ApiError> {
+    if !new.is_object() {
+        return Err(ApiError::bad_request(format!(
+            "the object provided is unrecognized (must be of type {})",
+            ctx.t.kind
+        )));
+    }
     let name = new["metadata"]["name"].as_str().unwrap_or_default();
     if !name.is_empty() && name != ctx.name {
         return Err(ApiError::bad_request(format!(
@@ -1087,9 +1159,9 @@ fn parse_patch_body(ctx: &Ctx, kind: PatchKind) -> Result<Value, ApiError> {
 
 async fn patch_object(ctx: &mut Ctx) -> Result<Response<Body>, ApiError> {
     let kind = PatchKind::from_content_type(&ctx.r.content_type)
-        .ok_or_else(|| ApiError::unsupported_media_type(&ctx.r.content_type))?;
+        .ok_or_else(|| ApiError::unsupported_media_type(&patch_types(&ctx.t)))?;
     if kind == PatchKind::Strategic && ctx.t.is_custom() {
-        return Err(ApiError::unsupported_media_type(&ctx.r.content_type));
+        return Err(ApiError::unsupported_media_type(&patch_types(&ctx.t)));
     }
     let body = parse_patch_body(ctx, kind)?;
     let force = ctx.q("force") == Some("true");
@@ -1212,6 +1284,19 @@ async fn patch_object(ctx: &mut Ctx) -> Result<Response<Body>, ApiError> {
     Err(ApiError::stale(ctx.group(), &ctx.t.plural, &ctx.name))
 }
 
+/// The patch media types a type accepts (no strategic merge for custom resources).
+fn patch_types(t: &ResourceType) -> Vec<&'static str> {
+    let mut v = vec![
+        "application/json-patch+json",
+        "application/merge-patch+json",
+        "application/apply-patch+yaml",
+    ];
+    if !t.is_custom() {
+        v.push("application/strategic-merge-patch+json");
+    }
+    v
+}
+
 fn conflict_error(ctx: &Ctx, conflicts: &[patch::Conflict]) -> ApiError {
     let message = if conflicts.len() == 1 {
         let c = &conflicts[0];
@@ -1310,7 +1395,9 @@ async fn delete(ctx: &mut Ctx) -> Result<Response<Body>, ApiError> {
     let mut st = ctx.shared.lock();
     let key = ctx.key(&ctx.name);
     let t = ctx.t.clone();
-    let obj = delete_locked(&mut st, &t, &key).ok_or_else(|| ctx.not_found(&ctx.name))?;
+    let cascade = opts["propagationPolicy"].as_str() != Some("Orphan")
+        && ctx.q("propagationPolicy") != Some("Orphan");
+    let obj = delete_locked(&mut st, &t, &key, cascade).ok_or_else(|| ctx.not_found(&ctx.name))?;
     let served = ctx.served(&obj);
     drop(st);
     Ok(ctx.respond(200, &served))
@@ -1340,7 +1427,7 @@ fn delete_collection(ctx: &mut Ctx) -> Result<Response<Body>, ApiError> {
             .to_string();
         let key = State::key(&ctx.t, &vns, &name);
         if !ctx.dry_run() {
-            if let Some(o) = delete_locked(&mut st, &ctx.t.clone(), &key) {
+            if let Some(o) = delete_locked(&mut st, &ctx.t.clone(), &key, true) {
                 items.push(ctx.served(&o));
             }
         } else {

@@ -16,6 +16,7 @@
 //! let client: kube::Client = server.client().await?;          // as the admin user
 //! let _alice = server.client_for("alice").await?;              // a user given in Options::users
 //! println!("{} {}", server.url(), server.kubeconfig_path().display()); // KUBECONFIG for kubectl
+//! server.apply_yaml("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: demo\n").await?;
 //! server.controls().expire_next_watches(1);                    // resilience hooks
 //! server.shutdown().await;
 //! # Ok(()) }
@@ -26,6 +27,12 @@
 //!   the first user current). Bearer tokens map to users and groups ([`TokenUser`]), which reach
 //!   admission webhooks as `userInfo`. Requests without a token are `system:anonymous`. There is
 //!   no authorization: every user may do everything.
+//! - kubectl (client-go) sends bearer tokens over TLS only: start with [`Options::https`] when
+//!   kubectl's requests must carry a user (admission `userInfo`); kube-rs sends them either way.
+//! - [`tls::CertificateAuthority`] makes a CA and serving certificates at test time, e.g. for a
+//!   webhook listening on `127.0.0.1` (its `caBundle` is [`tls::CertificateAuthority::ca_bundle`]).
+//! - [`TestServer::apply_yaml`] server-side applies a multi-document manifest (CRDs, samples,
+//!   webhook configurations) as the admin user.
 //! - [`Controls`] (also over HTTP, under `/_testserver/`): make the next N watches answer
 //!   410 Gone (`POST /_testserver/watch/expire {"count": N}`), close all open watches
 //!   (`POST /_testserver/watch/close`), forget the watch history (`POST
@@ -43,8 +50,12 @@
 //!   back, as they do against older servers).
 //! - OpenAPI v3: `/openapi/v3` and per group-version documents (PATCH operations with a single
 //!   `x-kubernetes-group-version-kind` and the `fieldValidation` parameter, so kubectl validates
-//!   server-side with `fieldValidation=Strict`; components for `kubectl explain`). `/openapi/v2`
-//!   is not served.
+//!   server-side with `fieldValidation=Strict`; components for `kubectl explain`). OpenAPI v2
+//!   (`/openapi/v2`, protobuf) carries only those PATCH operations and no definitions: kubectl
+//!   1.27 reads it before every apply.
+//! - Request bodies in JSON or YAML; `application/vnd.kubernetes.protobuf` only for the kinds
+//!   kubectl's generators send that way (`create configmap|secret|namespace|serviceaccount`).
+//!   Responses are always JSON.
 //! - Kinds: Namespace, Secret, ConfigMap, ServiceAccount, Event (core/v1 and events.k8s.io/v1,
 //!   one storage, converted), Lease, CustomResourceDefinition (creating one serves its types at
 //!   once, with `Established`), Validating/MutatingWebhookConfiguration; Deployment, Service,
@@ -58,14 +69,16 @@
 //!   `resourceVersion`, `allowWatchBookmarks`, `timeoutSeconds`, `sendInitialEvents` and 410 Gone
 //!   for compacted versions, `dryRun=All`, `fieldValidation` (Strict/Warn/Ignore).
 //! - Tables (`as=Table`) with a CRD's `additionalPrinterColumns`; `PartialObjectMetadata`.
+//! - Label keys and values and `metadata.name` are validated with the real server's messages;
+//!   background garbage collection follows `ownerReferences`.
 //! - Custom resources: unknown fields pruned (or rejected under Strict), schema defaults applied,
 //!   structural validation with the real server's messages, CEL `x-kubernetes-validations`
 //!   evaluated with `kube::core::cel` (including transition rules on update).
 //! - Admission in the real order: mutating webhooks → schema validation → validating webhooks
 //!   → persist; rules, scope, namespaceSelector and objectSelector; AdmissionReview v1 over HTTPS
-//!   verified against `caBundle`; JSONPatch responses; `timeoutSeconds`; `failurePolicy`;
-//!   `sideEffects` with dry run; denials as the real server words them; warnings as `Warning:
-//!   299` headers.
+//!   verified against `caBundle`; JSONPatch responses; `reinvocationPolicy`; `timeoutSeconds`;
+//!   `failurePolicy`; `sideEffects` with dry run; denials as the real server words them;
+//!   warnings as `Warning: 299` headers.
 //!
 //! # What differs from a real API server
 //!
@@ -74,9 +87,11 @@
 //!   `resourceVersionMatch` are ignored (lists are always current); `continue` tokens are
 //!   offsets, not snapshots.
 //! - No authorization (RBAC objects are stored only), no built-in admission plugins beyond
-//!   namespace existence/termination, no garbage collection of `ownerReferences`, no
-//!   controllers (Deployments never get Pods; namespace deletion is immediate once its
-//!   contents are gone).
+//!   namespace existence/termination, no controllers (Deployments never get Pods; namespace
+//!   deletion is immediate once its contents are gone). Garbage collection is background only
+//!   and immediate: removing an owner deletes dependents without another live owner
+//!   (`propagationPolicy: Orphan` skips it but leaves their `ownerReferences`; `Foreground` is
+//!   treated as background).
 //! - Server-side apply is simplified: the applied configuration is merged into the live object
 //!   (maps merged, **lists are atomic** — no `x-kubernetes-list-type: map` merging), a field the
 //!   same manager applied before and no longer applies is removed unless another manager owns
@@ -89,14 +104,33 @@
 //!   a list without `$setElementOrder` is replaced.
 //! - Built-in kinds have no schemas: strict field validation checks only their top-level
 //!   fields (and `metadata`), and their OpenAPI documents are minimal.
+//! - CEL rules run on `kube::core::cel` (kube-cel), which escapes every `_` in property names
+//!   where the real server escapes only `__`; field selections such as `self.end_at` are
+//!   rewritten before compiling so that rules written for a real cluster work unchanged.
+//!   CEL cost limits are not enforced.
 //! - CRD conversion is `None` only (versions differ in `apiVersion` only); CRD status is set
 //!   at once; `x-kubernetes-list-type`/`-map-keys` are not enforced; `metadata.generateName`
 //!   is resolved before admission.
 //! - Webhooks given by `clientConfig.service` are reached only through
-//!   [`Options::service_endpoints`]; mutating webhooks are not called for DELETE;
-//!   `reinvocationPolicy` and `matchPolicy: Equivalent` are not implemented; validating
-//!   webhooks run one after another, not in parallel.
-//! - Admission webhooks are not called for deletecollection.
+//!   [`Options::service_endpoints`] (`namespace/name` → `https://HOST:PORT`; the certificate is
+//!   still verified for `<name>.<namespace>.svc`, as in a cluster). A webhook without
+//!   `caBundle` fails (no system roots are consulted). Mutating webhooks are not called for
+//!   DELETE, and no webhook for deletecollection. `reinvocationPolicy: IfNeeded` re-invokes
+//!   once, in order, the webhooks that ran before a later change. `matchPolicy: Equivalent` and
+//!   `matchConditions` are not implemented; validating webhooks run one after another, not in
+//!   parallel.
+//! - Kinds the manifests may also contain but a bare cluster lacks (cert-manager's Certificate
+//!   and Issuer) are not served: apply their CRDs first, as on a real cluster.
+//! - Aggregated discovery, protobuf responses, CBOR, `/apis/.../watch/...` paths beyond the
+//!   resource prefix, `kubectl auth`, `exec`/`logs`/`port-forward` and any Pod behaviour are not
+//!   offered.
+//!
+//! # Tests
+//!
+//! `cargo nextest run -p kube-test-server` (or `cargo test -p kube-test-server`): unit tests per
+//! module, and integration tests with kube-rs (`tests/kube_rs.rs`), the real kubectl — default,
+//! 1.27 and 1.33 (`tests/kubectl.rs`), admission webhooks (`tests/admission.rs`) and the binary
+//! (`tests/binary.rs`). They take about 10 s once built.
 
 pub mod admission;
 mod handlers;
@@ -218,7 +252,8 @@ pub struct Options {
     pub bookmark_interval: Duration,
     /// Events kept for watches.
     pub history_limit: usize,
-    /// `namespace/name` of a webhook's `clientConfig.service` → base URL to call instead.
+    /// `namespace/name` of a webhook's `clientConfig.service` → `https://HOST:PORT` to connect to
+    /// (the webhook's certificate is verified for `<name>.<namespace>.svc`).
     pub service_endpoints: BTreeMap<String, String>,
 }
 
@@ -293,6 +328,9 @@ pub struct TestServer {
 impl TestServer {
     /// Start the server.
     pub async fn start(options: Options) -> Result<TestServer, Error> {
+        // The clients and TLS configs built here use aws-lc-rs; make it the process default if
+        // nothing else is installed yet.
+        let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
         let users = if options.users.is_empty() {
             Options::default().users
         } else {
@@ -472,6 +510,55 @@ impl TestServer {
             .await
             .map_err(|e| Error::Kube(e.to_string()))?;
         kube::Client::try_from(config).map_err(|e| Error::Kube(e.to_string()))
+    }
+
+    /// Server-side apply every document of a (multi-document) YAML manifest as the admin user,
+    /// with field manager `kube-test-server`; returns the applied objects. Objects without a
+    /// namespace land in `default` when their kind is namespaced. Stops at the first error.
+    pub async fn apply_yaml(&self, yaml: &str) -> Result<Vec<Value>, Error> {
+        use serde::Deserialize;
+        let client = self.client().await?;
+        let mut out = Vec::new();
+        for doc in serde_yaml::Deserializer::from_str(yaml) {
+            let value =
+                Value::deserialize(doc).map_err(|e| Error::Invalid(format!("manifest: {e}")))?;
+            if value.is_null() {
+                continue;
+            }
+            let api_version = value["apiVersion"].as_str().unwrap_or_default();
+            let kind = value["kind"].as_str().unwrap_or_default();
+            let name = value["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+            let t = self
+                .shared
+                .lock()
+                .registry
+                .by_kind(group, kind)
+                .ok_or_else(|| {
+                    Error::Invalid(format!("kind {kind} of {api_version} is not served"))
+                })?;
+            let gvk = kube::core::GroupVersionKind::gvk(group, version, kind);
+            let ar = kube::core::ApiResource::from_gvk_with_plural(&gvk, &t.plural);
+            let api: kube::Api<kube::core::DynamicObject> = if t.namespaced {
+                let ns = value["metadata"]["namespace"].as_str().unwrap_or("default");
+                kube::Api::namespaced_with(client.clone(), ns, &ar)
+            } else {
+                kube::Api::all_with(client.clone(), &ar)
+            };
+            let applied = api
+                .patch(
+                    &name,
+                    &kube::api::PatchParams::apply("kube-test-server").force(),
+                    &kube::api::Patch::Apply(&value),
+                )
+                .await
+                .map_err(|e| Error::Kube(format!("applying {kind} {name:?}: {e}")))?;
+            out.push(serde_json::to_value(applied).map_err(|e| Error::Kube(e.to_string()))?);
+        }
+        Ok(out)
     }
 
     /// Fault-injection hooks.

@@ -39,9 +39,17 @@ pub fn merge(target: &mut Value, patch: &Value) {
     json_patch::merge(target, patch);
 }
 
-/// Apply a JSON patch (RFC 6902).
+/// Apply a JSON patch (RFC 6902). As on the real server, a `test` of `null` against a missing
+/// path succeeds (kube-runtime's finalizer helper relies on it).
 pub fn json(target: &mut Value, patch: &Value) -> Result<(), String> {
-    let p: json_patch::Patch = serde_json::from_value(patch.clone()).map_err(|e| e.to_string())?;
+    let mut p: json_patch::Patch =
+        serde_json::from_value(patch.clone()).map_err(|e| e.to_string())?;
+    p.0.retain(|op| match op {
+        json_patch::PatchOperation::Test(t) => {
+            !(t.value.is_null() && target.pointer(t.path.as_str()).is_none())
+        }
+        _ => true,
+    });
     json_patch::patch(target, &p).map_err(|e| e.to_string())
 }
 
@@ -545,6 +553,25 @@ mod tests {
         assert_eq!(
             t,
             json!({"webhooks": [{"name": "b", "x": 2, "y": 3}, {"name": "c"}], "keep": [2]})
+        );
+    }
+
+    #[test]
+    fn json_patch_test_of_null_matches_a_missing_path() {
+        let mut t = json!({"metadata": {}});
+        json(
+            &mut t,
+            &json!([{"op": "test", "path": "/metadata/finalizers", "value": null},
+                {"op": "add", "path": "/metadata/finalizers", "value": ["f"]}]),
+        )
+        .unwrap();
+        assert_eq!(t["metadata"]["finalizers"], json!(["f"]));
+        assert!(
+            json(
+                &mut t,
+                &json!([{"op": "test", "path": "/metadata/finalizers", "value": ["g"]}])
+            )
+            .is_err()
         );
     }
 

@@ -576,6 +576,49 @@ pub fn is_dns_label(s: &str) -> bool {
     s.len() <= 63 && !s.contains('.') && is_dns_subdomain(s)
 }
 
+const LABEL_PART: &str = "([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]";
+
+/// Causes for invalid `metadata.labels` keys and values (the real server's messages).
+pub fn label_causes(obj: &Value) -> Vec<Cause> {
+    let Some(labels) = obj["metadata"]["labels"].as_object() else {
+        return Vec::new();
+    };
+    let Ok(part) = regex::Regex::new(&format!("^{LABEL_PART}$")) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for (k, v) in labels {
+        let (prefix, name) = k
+            .rsplit_once('/')
+            .map(|(p, n)| (Some(p), n))
+            .unwrap_or((None, k.as_str()));
+        if name.len() > 63 || !part.is_match(name) {
+            out.push(Cause::new(
+                "FieldValueInvalid",
+                "metadata.labels",
+                format!("Invalid value: {k:?}: name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '{LABEL_PART}')"),
+            ));
+        } else if let Some(p) = prefix
+            && !is_dns_subdomain(p)
+        {
+            out.push(Cause::new(
+                "FieldValueInvalid",
+                "metadata.labels",
+                format!("Invalid value: {k:?}: prefix part a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"),
+            ));
+        }
+        let value = v.as_str().unwrap_or_default();
+        if !v.is_string() || value.len() > 63 || !(value.is_empty() || part.is_match(value)) {
+            out.push(Cause::new(
+                "FieldValueInvalid",
+                "metadata.labels",
+                format!("Invalid value: {value:?}: a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '({LABEL_PART})?')"),
+            ));
+        }
+    }
+    out
+}
+
 /// The cause for an invalid `metadata.name`, if it is one.
 pub fn name_cause(name: &str, label: bool) -> Option<Cause> {
     if label && !is_dns_label(name) {
@@ -712,6 +755,25 @@ mod tests {
         assert_eq!(
             causes[0].display(),
             "spec.end_at: Invalid value: \"string\": end_at must be after start_at"
+        );
+    }
+
+    #[test]
+    fn labels_are_validated() {
+        assert!(
+            label_causes(
+                &json!({"metadata": {"labels": {"app.kubernetes.io/name": "booking", "a": ""}}})
+            )
+            .is_empty()
+        );
+        let bad = label_causes(
+            &json!({"metadata": {"labels": {"bad key": "x", "k": "bad value", "Upper.Case/x": "y"}}}),
+        );
+        assert_eq!(bad.len(), 3, "{bad:?}");
+        assert!(
+            bad.iter().any(|c| c.display().starts_with(
+                "metadata.labels: Invalid value: \"bad value\": a valid label must be"
+            ))
         );
     }
 

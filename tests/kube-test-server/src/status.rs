@@ -187,13 +187,14 @@ impl ApiError {
         )
     }
 
-    /// `415 UnsupportedMediaType`.
-    pub fn unsupported_media_type(content_type: &str) -> Self {
+    /// `415 UnsupportedMediaType`, listing the media types the endpoint accepts.
+    pub fn unsupported_media_type(accepted: &[&str]) -> Self {
         ApiError::new(
             415,
             "UnsupportedMediaType",
             format!(
-                "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml (got {content_type:?})"
+                "the body of the request was in an unknown format - accepted media types include: {}",
+                accepted.join(", ")
             ),
         )
     }

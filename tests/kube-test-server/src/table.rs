@@ -77,7 +77,7 @@ fn columns_for(t: &ResourceType, version: &str) -> Vec<PrinterColumn> {
         ],
         ("", "configmaps") => vec![col("Data", "integer", "#data", 0), age],
         ("", "events") => vec![
-            col("Last Seen", "date", ".lastTimestamp", 0),
+            col("Last Seen", "date", "#lastseen", 0),
             col("Type", "string", ".type", 0),
             col("Reason", "string", ".reason", 0),
             col("Object", "string", "#involved", 0),
@@ -199,6 +199,20 @@ fn cell(col: &PrinterColumn, obj: &Value, now: jiff::Timestamp) -> Value {
                 + obj["binaryData"].as_object().map(|m| m.len()).unwrap_or(0);
             return json!(n);
         }
+        "#lastseen" => {
+            let seen = [
+                &obj["series"]["lastObservedTime"],
+                &obj["lastTimestamp"],
+                &obj["eventTime"],
+                &obj["metadata"]["creationTimestamp"],
+            ]
+            .into_iter()
+            .find_map(|v| v.as_str().and_then(|s| s.parse::<jiff::Timestamp>().ok()));
+            return match seen {
+                Some(ts) => json!(human_duration(now.as_second() - ts.as_second())),
+                None => json!("<unknown>"),
+            };
+        }
         "#involved" => {
             let io = &obj["involvedObject"];
             return json!(format!(
@@ -287,6 +301,20 @@ mod tests {
         for (s, want) in cases {
             assert_eq!(human_duration(s), want, "{s}");
         }
+    }
+
+    #[test]
+    fn event_rows_fall_back_to_event_time() {
+        let t = crate::registry::builtins()
+            .into_iter()
+            .find(|t| t.plural == "events" && t.group.is_empty())
+            .unwrap();
+        let ev = json!({"metadata": {"name": "e"}, "eventTime": "2020-01-01T00:00:00.000000Z", "type": "Normal",
+            "reason": "Started", "involvedObject": {"kind": "Resource", "name": "ec2.analytics"}, "message": "m"});
+        let table = render(&t, "v1", &[ev], "1", IncludeObject::None);
+        let cells = &table["rows"][0]["cells"];
+        assert!(cells[1].as_str().unwrap().contains('y'), "{cells}");
+        assert_eq!(cells[4], "resource/ec2.analytics");
     }
 
     #[test]

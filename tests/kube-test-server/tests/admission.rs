@@ -49,7 +49,12 @@ fn decide(path: &str, review: &Value) -> Value {
 
 /// Start the webhook on 127.0.0.1 with a certificate for that address; returns its port.
 async fn start_webhook(ca: &CertificateAuthority, seen: Seen) -> u16 {
-    let cert = ca.issue(&["127.0.0.1", "localhost"]).unwrap();
+    start_webhook_for(ca, seen, &["127.0.0.1", "localhost"]).await
+}
+
+/// Start the webhook on 127.0.0.1 with a certificate for `names`; returns its port.
+async fn start_webhook_for(ca: &CertificateAuthority, seen: Seen, names: &[&str]) -> u16 {
+    let cert = ca.issue(names).unwrap();
     let acceptor = tokio_rustls::TlsAcceptor::from(cert.server_config(&[b"http/1.1"]).unwrap());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
@@ -68,6 +73,9 @@ async fn start_webhook(ca: &CertificateAuthority, seen: Seen) -> u16 {
                     let seen = seen.clone();
                     async move {
                         let path = req.uri().path().to_string();
+                        if path == "/slow" {
+                            tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+                        }
                         let body = req
                             .into_body()
                             .collect()
@@ -107,6 +115,18 @@ kind: MutatingWebhookConfiguration
 metadata:
   name: labels.example.com
 webhooks:
+- name: observe.example.com
+  admissionReviewVersions: ["v1"]
+  sideEffects: None
+  reinvocationPolicy: IfNeeded
+  clientConfig:
+    url: https://127.0.0.1:{port}/observe
+    caBundle: {ca_bundle}
+  rules:
+  - operations: ["CREATE"]
+    apiGroups: [""]
+    apiVersions: ["v1"]
+    resources: ["configmaps"]
 - name: labels.example.com
   admissionReviewVersions: ["v1"]
   sideEffects: None
@@ -237,6 +257,12 @@ async fn kubectl_prints_webhook_denials_and_warnings_as_a_real_cluster() {
             seen.iter()
                 .any(|(p, _, _, name)| p == "/validate" && name == "warned")
         );
+        // Re-invoked once because a later webhook changed the object.
+        let observed = seen
+            .iter()
+            .filter(|(p, _, _, name)| p == "/observe" && name == "warned")
+            .count();
+        assert_eq!(observed, 2, "{seen:?}");
     }
 
     // objectSelector: objects labelled skip bypass the validating webhook.
@@ -327,6 +353,27 @@ async fn failure_policies_timeouts_and_dry_run() {
         )),
         "{err}"
     );
+    // A webhook slower than its timeoutSeconds fails the request (failurePolicy Fail).
+    let seen: Seen = Arc::default();
+    let port = start_webhook(&ca, seen).await;
+    let slow = format!(
+        "apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingWebhookConfiguration\nmetadata:\n  name: slow.example.com\nwebhooks:\n- name: slow.example.com\n  admissionReviewVersions: [\"v1\"]\n  sideEffects: None\n  timeoutSeconds: 1\n  clientConfig:\n    url: https://127.0.0.1:{port}/slow\n    caBundle: {}\n  rules:\n  - operations: [\"CREATE\"]\n    apiGroups: [\"\"]\n    apiVersions: [\"v1\"]\n    resources: [\"configmaps\"]\n",
+        ca.ca_bundle()
+    );
+    k.ok(&["apply", "-f", "-"], Some(&slow)).await;
+    let err = k
+        .fails(
+            &["create", "-f", "-"],
+            Some("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: late\n"),
+        )
+        .await;
+    assert!(
+        err.contains(&format!(
+            "failed calling webhook \"slow.example.com\": failed to call webhook: Post \"https://127.0.0.1:{port}/slow?timeout=1s\": context deadline exceeded"
+        )),
+        "{err}"
+    );
+
     // A webhook with unknown side effects refuses dry runs.
     let err = k
         .fails(
@@ -344,6 +391,41 @@ async fn failure_policies_timeouts_and_dry_run() {
     assert!(
         err.contains("admission webhook \"fail.example.com\" does not support dry run"),
         "{err}"
+    );
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn service_references_verify_the_service_dns_name() {
+    let ca = CertificateAuthority::new("service CA").unwrap();
+    let seen: Seen = Arc::default();
+    // Like certs/make-dev-certs.sh: DNS names of the service only, no IP address.
+    let port = start_webhook_for(&ca, seen.clone(), &["hook", "hook.ops", "hook.ops.svc"]).await;
+    let server = kube_test_server::TestServer::start(kube_test_server::Options {
+        https: true,
+        service_endpoints: [("ops/hook".to_string(), format!("https://127.0.0.1:{port}"))].into(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let k = Kubectl::default_for(&server);
+    let config = format!(
+        "apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingWebhookConfiguration\nmetadata:\n  name: svc.example.com\nwebhooks:\n- name: svc.example.com\n  admissionReviewVersions: [\"v1\"]\n  sideEffects: None\n  clientConfig:\n    service: {{namespace: ops, name: hook, path: /validate, port: 443}}\n    caBundle: {}\n  rules:\n  - operations: [\"CREATE\"]\n    apiGroups: [\"\"]\n    apiVersions: [\"v1\"]\n    resources: [\"configmaps\"]\n",
+        ca.ca_bundle()
+    );
+    k.ok(&["apply", "-f", "-"], Some(&config)).await;
+    let err = k
+        .fails(
+            &["apply", "-f", "-"],
+            Some(&configmap("refused", &[("deny", "yes")])),
+        )
+        .await;
+    assert!(err.contains("admission webhook \"svc.example.com\" denied the request: configmaps labelled deny=yes are refused"), "{err}");
+    assert!(
+        seen.lock()
+            .unwrap()
+            .iter()
+            .any(|(p, _, _, name)| p == "/validate" && name == "refused")
     );
     server.shutdown().await;
 }

@@ -716,3 +716,360 @@ async fn injected_faults_fail_matching_requests_a_given_number_of_times() {
         .unwrap();
     server.shutdown().await;
 }
+
+#[tokio::test]
+async fn kube_runtime_finalizer_helper_and_streaming_lists_work() {
+    use kube::runtime::finalizer::{Event as Finalizer, finalizer};
+    let server = common::start().await;
+    let client = server.client().await.unwrap();
+    common::install_widget_crd(&client).await;
+    let widgets: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), "default", &common::widget_resource());
+    let cleaned = Arc::new(AtomicUsize::new(0));
+    let ctx = Arc::new((widgets.clone(), cleaned.clone()));
+    type Ctx = (Api<DynamicObject>, Arc<AtomicUsize>);
+    async fn reconcile(
+        obj: Arc<DynamicObject>,
+        ctx: Arc<Ctx>,
+    ) -> Result<Action, kube::runtime::finalizer::Error<kube::Error>> {
+        let api = ctx.0.clone();
+        finalizer(&api, "example.com/cleanup", obj, |event| async {
+            match event {
+                Finalizer::Apply(o) => {
+                    let name = o.metadata.name.clone().unwrap_or_default();
+                    api.patch_status(&name, &PatchParams::apply("widget-controller"),
+                        &Patch::Apply(json!({"apiVersion": "example.com/v1", "kind": "Widget", "status": {"phase": "Ready"}}))).await?;
+                    Ok(Action::await_change())
+                }
+                Finalizer::Cleanup(_) => {
+                    ctx.1.fetch_add(1, Ordering::SeqCst);
+                    Ok(Action::await_change())
+                }
+            }
+        })
+        .await
+    }
+    fn error_policy(
+        _: Arc<DynamicObject>,
+        _: &kube::runtime::finalizer::Error<kube::Error>,
+        _: Arc<Ctx>,
+    ) -> Action {
+        Action::requeue(Duration::from_millis(100))
+    }
+    let controller = tokio::spawn(
+        Controller::new_with(
+            widgets.clone(),
+            watcher::Config::default().streaming_lists(),
+            common::widget_resource(),
+        )
+        .run(reconcile, error_policy, ctx)
+        .for_each(|_| async {}),
+    );
+    widgets
+        .create(
+            &PostParams::default(),
+            &common::widget("fin", json!({"color": "red"})),
+        )
+        .await
+        .unwrap();
+    let ready = common::eventually(10, || async {
+        let w = widgets.get("fin").await.ok()?;
+        (w.data["status"]["phase"] == "Ready").then_some(w)
+    })
+    .await;
+    assert_eq!(
+        ready.metadata.finalizers,
+        Some(vec!["example.com/cleanup".to_string()])
+    );
+    widgets
+        .delete("fin", &DeleteParams::default())
+        .await
+        .unwrap();
+    common::eventually(10, || async {
+        widgets.get_opt("fin").await.ok()?.is_none().then_some(())
+    })
+    .await;
+    assert_eq!(cleaned.load(Ordering::SeqCst), 1);
+    controller.abort();
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn terminating_namespaces_wait_for_finalizers_and_refuse_new_content() {
+    let server = common::start().await;
+    let client = server.client().await.unwrap();
+    let nss: Api<Namespace> = Api::all(client.clone());
+    nss.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({"metadata": {"name": "ending"}})).unwrap(),
+    )
+    .await
+    .unwrap();
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "ending");
+    cms.create(
+        &PostParams::default(),
+        &serde_json::from_value(
+            json!({"metadata": {"name": "held", "finalizers": ["example.com/hold"]}}),
+        )
+        .unwrap(),
+    )
+    .await
+    .unwrap();
+    nss.delete("ending", &DeleteParams::default())
+        .await
+        .unwrap();
+    let ns = nss.get("ending").await.unwrap();
+    assert_eq!(
+        ns.status.and_then(|s| s.phase).as_deref(),
+        Some("Terminating")
+    );
+    assert!(
+        cms.get("held")
+            .await
+            .unwrap()
+            .metadata
+            .deletion_timestamp
+            .is_some()
+    );
+    let e = api_error(
+        cms.create(&PostParams::default(), &cm("late", &[]))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(e.code, 403);
+    assert_eq!(
+        e.message,
+        "configmaps \"late\" is forbidden: unable to create new content in namespace ending because it is being terminated"
+    );
+    cms.patch(
+        "held",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        api_error(nss.get("ending").await.unwrap_err()).code,
+        404,
+        "the namespace goes once empty"
+    );
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn malformed_requests_get_status_errors_not_crashes() {
+    let server = common::start().await;
+    let client = server.client().await.unwrap();
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    cms.create(&PostParams::default(), &cm("m", &[]))
+        .await
+        .unwrap();
+    let send = |method: &str, path: &str, ct: &str, body: &str| {
+        http::Request::builder()
+            .method(method)
+            .uri(path)
+            .header("content-type", ct)
+            .body(body.as_bytes().to_vec())
+            .unwrap()
+    };
+    let cases = [
+        (
+            "PATCH",
+            "/api/v1/namespaces/default/configmaps/m",
+            "application/merge-patch+json",
+            "[1,2]",
+            400,
+        ),
+        (
+            "PATCH",
+            "/api/v1/namespaces/default/configmaps/m",
+            "application/json-patch+json",
+            r#"[{"op":"remove","path":"/nope"}]"#,
+            422,
+        ),
+        (
+            "PATCH",
+            "/api/v1/namespaces/default/configmaps/m",
+            "text/plain",
+            "{}",
+            415,
+        ),
+        (
+            "POST",
+            "/api/v1/namespaces/default/configmaps",
+            "application/json",
+            "{not json",
+            400,
+        ),
+        (
+            "POST",
+            "/api/v1/namespaces/default/configmaps",
+            "application/json",
+            r#"{"metadata": 5}"#,
+            422,
+        ),
+        (
+            "PUT",
+            "/api/v1/namespaces/default/configmaps/m",
+            "application/json",
+            r#"{"metadata": {"name": "other"}}"#,
+            400,
+        ),
+        (
+            "GET",
+            "/api/v1/namespaces/default/configmaps?labelSelector=a+in+b",
+            "application/json",
+            "",
+            400,
+        ),
+        (
+            "GET",
+            "/api/v1/namespaces/default/nothings",
+            "application/json",
+            "",
+            404,
+        ),
+    ];
+    for (method, path, ct, body, code) in cases {
+        let e = client
+            .request_text(send(method, path, ct, body))
+            .await
+            .unwrap_err();
+        match e {
+            kube::Error::Api(s) => {
+                assert_eq!(s.code, code, "{method} {path} {body}: {}", s.message)
+            }
+            other => panic!("{method} {path}: {other:?}"),
+        }
+    }
+    // The server still serves.
+    cms.get("m").await.unwrap();
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn manifests_apply_through_the_library_handle() {
+    let server = common::start().await;
+    let crds: String = booking_shared::crd::all()
+        .iter()
+        .map(|c| booking_shared::crd::to_yaml(c).unwrap())
+        .collect::<Vec<_>>()
+        .join("---\n");
+    let applied = server.apply_yaml(&crds).await.unwrap();
+    assert_eq!(applied.len(), 4);
+    let sample = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../../shared/reference/samples/manager_v1_resource.yaml"
+    ))
+    .unwrap();
+    let objs = server
+        .apply_yaml(&format!(
+            "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: demo\n---\n{sample}"
+        ))
+        .await
+        .unwrap();
+    assert_eq!(objs[1]["metadata"]["namespace"], "default");
+    assert_eq!(objs[1]["spec"]["type"], "ec2");
+    let err = server
+        .apply_yaml("apiVersion: example.com/v1\nkind: Nothing\nmetadata:\n  name: x\n")
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("kind Nothing of example.com/v1 is not served"),
+        "{err}"
+    );
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn deleting_an_owner_collects_its_dependents_unless_orphaned() {
+    let server = common::start().await;
+    let client = server.client().await.unwrap();
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let owned_by = |name: &str, owner: &ConfigMap| -> ConfigMap {
+        serde_json::from_value(json!({"metadata": {"name": name, "ownerReferences": [{
+            "apiVersion": "v1", "kind": "ConfigMap", "name": owner.metadata.name, "uid": owner.metadata.uid}]}}))
+        .unwrap()
+    };
+    let parent = cms
+        .create(&PostParams::default(), &cm("parent", &[]))
+        .await
+        .unwrap();
+    let child = cms
+        .create(&PostParams::default(), &owned_by("child", &parent))
+        .await
+        .unwrap();
+    cms.create(&PostParams::default(), &owned_by("grandchild", &child))
+        .await
+        .unwrap();
+    cms.delete("parent", &DeleteParams::default())
+        .await
+        .unwrap();
+    assert!(cms.get_opt("child").await.unwrap().is_none());
+    assert!(
+        cms.get_opt("grandchild").await.unwrap().is_none(),
+        "collection cascades"
+    );
+
+    let parent = cms
+        .create(&PostParams::default(), &cm("parent2", &[]))
+        .await
+        .unwrap();
+    cms.create(&PostParams::default(), &owned_by("kept", &parent))
+        .await
+        .unwrap();
+    cms.delete("parent2", &DeleteParams::orphan())
+        .await
+        .unwrap();
+    assert!(
+        cms.get_opt("kept").await.unwrap().is_some(),
+        "orphaned dependents stay"
+    );
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn concurrent_patches_all_land_and_resource_versions_stay_ordered() {
+    let server = common::start().await;
+    let client = server.client().await.unwrap();
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    cms.create(&PostParams::default(), &cm("busy", &[]))
+        .await
+        .unwrap();
+    let before = server.controls().resource_version();
+    let patches = (0..20).map(|i| {
+        let cms = cms.clone();
+        async move {
+            cms.patch(
+                "busy",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"data": {format!("k{i}"): "v"}})),
+            )
+            .await
+            .unwrap()
+        }
+    });
+    let results = futures::future::join_all(patches).await;
+    let mut rvs: Vec<u64> = results
+        .iter()
+        .map(|c| {
+            c.metadata
+                .resource_version
+                .as_deref()
+                .unwrap()
+                .parse()
+                .unwrap()
+        })
+        .collect();
+    rvs.sort();
+    rvs.dedup();
+    assert_eq!(
+        rvs.len(),
+        20,
+        "every patch produced its own resourceVersion"
+    );
+    assert!(rvs[0] > before);
+    assert_eq!(cms.get("busy").await.unwrap().data.unwrap().len(), 20);
+    server.shutdown().await;
+}
