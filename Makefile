@@ -7,12 +7,13 @@ VENV := .venv
 PYTHON ?= python3
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: all build test lint fmt-check clippy venv tools crds demo sandbox-up sandbox-down help
+.PHONY: all build test lint fmt-check clippy venv tools crds demo sandbox-up sandbox-down help bench
 
 all: build
 
 help:
 	@echo "make demo   - run the whole system locally (sandbox)"
+	@echo "make sandbox-up / sandbox-down - the same stack in the background"
 	@echo "make test   - formatting, lints and every test of the workspace"
 	@echo "make crds   - regenerate manifests/crds from the Rust types"
 
@@ -68,3 +69,7 @@ sandbox-up: venv
 sandbox-down:
 	$(CARGO) build --locked -p booking-sandbox
 	./target/debug/booking-sandbox down
+
+# Benchmarks (BENCHMARKS.md): release builds of the webhook, the controller and the benchmark
+# harness, then the suite, which writes target/bench/results.json. The servers under test run
+# on CPU 0 and the load client on CPU 1 (see BENCHMARKS.md for how the cores are shared).

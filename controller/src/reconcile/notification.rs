@@ -143,6 +143,23 @@ pub async fn reconcile(
         ));
     }
 
+    // The watch cache may lag behind this reconciler's own last status patch. Before anything
+    // is sent, read the booking from the API server, so a notification recorded a moment ago is
+    // never sent again.
+    let due_unsent = b.spec.notifications.iter().enumerate().any(|(i, n)| {
+        !status.notifications_sent.contains(&notification_key(i, n))
+            && notification_should_send(&slot, lead_time(n), now)
+    });
+    let api: Api<Booking> = Api::namespaced(ctx.client.clone(), &ns);
+    let status = if due_unsent {
+        match api.get_opt(&b.name_any()).await? {
+            Some(fresh) if fresh.uid() == b.uid() => fresh.status.unwrap_or_default(),
+            _ => return Ok(Action::await_change()),
+        }
+    } else {
+        status
+    };
+
     let mut sent = status.notifications_sent.clone();
     let mut errors: Vec<String> = Vec::new();
     let mut retry = false;
@@ -242,15 +259,17 @@ pub async fn reconcile(
             b.metadata.generation,
             now,
         ));
-        let patch = serde_json::json!({
-            "metadata": {"resourceVersion": b.resource_version()},
-            "status": {
-                "notificationsSent": sent,
-                "notification_sent": all_sent,
-                "conditions": conditions,
-            }
+        // Only this reconciler writes the notification fields, so no resourceVersion guard is
+        // needed (a conflict would make it send again); conditions are sent only when its own
+        // condition changed.
+        let mut body = serde_json::json!({
+            "notificationsSent": sent,
+            "notification_sent": all_sent,
         });
-        let api: Api<Booking> = Api::namespaced(ctx.client.clone(), &ns);
+        if condition_changed {
+            body["conditions"] = serde_json::to_value(&conditions).unwrap_or_default();
+        }
+        let patch = serde_json::json!({ "status": body });
         api.patch_status(
             &b.name_any(),
             &PatchParams::default(),

@@ -1024,3 +1024,132 @@ async fn a_failing_member_is_retried_alone_with_backoff_while_the_others_run() {
     );
     c.stop().expect("stop");
 }
+
+/// The real binary, in real time: a per-minute scheduler creates exactly one booking per minute,
+/// starting on the minute; killing the controller between two fires and starting a new one
+/// creates no duplicate booking and no second email.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_per_minute_scheduler_books_each_minute_once_across_a_restart() {
+    use booking_harness::smtp::{SmtpOptions, SmtpServer};
+    use booking_shared::api::BookingScheduler;
+    use booking_shared::scheduling::SCHEDULER_LABEL;
+
+    let e = env("controller-e2e-scheduler").await;
+    let smtp = SmtpServer::start(&e.dir, SmtpOptions::default())
+        .await
+        .expect("SMTP server");
+    let smtp_port = smtp.port().to_string();
+    let smtp_env = [
+        ("SMTP_HOST", "127.0.0.1"),
+        ("SMTP_PORT", smtp_port.as_str()),
+        ("SMTP_SENDER", "booking@example.com"),
+        ("SMTP_SECURITY", "none"),
+    ];
+    let schedulers: Api<BookingScheduler> = Api::namespaced(e.client.clone(), NS);
+    let scheduler: BookingScheduler = serde_json::from_value(serde_json::json!({
+        "apiVersion": "manager.kotaico.de/v1",
+        "kind": "BookingScheduler",
+        "metadata": {"name": "every-minute", "namespace": NS},
+        "spec": {
+            "schedule": "* * * * *",
+            "duration": 1,
+            // A lead time as long as the booking: the email is due at its start.
+            "bookingTemplate": {
+                "resource_name": "ec2.analytics",
+                "user_id": "ann",
+                "notifications": [{"type": "email", "recipient": "ann@example.com", "leadMinutes": 1}],
+            },
+        },
+    }))
+    .unwrap();
+    schedulers
+        .create(&PostParams::default(), &scheduler)
+        .await
+        .unwrap();
+
+    let admin = booking_harness::free_port().unwrap();
+    let mut controller = start_controller(&e, admin, "sched-a", &smtp_env);
+    let bookings: Api<Booking> = Api::namespaced(e.client.clone(), NS);
+    let selector = ListParams::default().labels(&format!("{SCHEDULER_LABEL}=every-minute"));
+    let created = || async {
+        bookings
+            .list(&selector)
+            .await
+            .map(|l| l.items)
+            .unwrap_or_default()
+    };
+    wait_for(
+        "the first scheduled booking",
+        Duration::from_secs(75),
+        || async {
+            match created().await.len() {
+                0 => Err("none yet".into()),
+                _ => Ok(()),
+            }
+        },
+    )
+    .await;
+    let first = created().await.remove(0);
+    let start = chrono::DateTime::parse_from_rfc3339(&first.spec.start_at).unwrap();
+    assert_eq!(
+        start.timestamp() % 60,
+        0,
+        "start_at on the minute: {}",
+        first.spec.start_at
+    );
+    assert_eq!(
+        first.name_any(),
+        format!("every-minute-{}", start.format("%Y%m%d%H%M"))
+    );
+    let created_at = creation_time(&first);
+    let lag = created_at - start.with_timezone(&Utc);
+    assert!(
+        lag < chrono::Duration::seconds(3),
+        "created at the fire time, not later: {lag}"
+    );
+    smtp.wait_for_messages(1, Duration::from_secs(20))
+        .await
+        .expect("the first booking's email");
+
+    // Kill the controller between fires and start a new one.
+    controller.stop().expect("stop");
+    let mut restarted = start_controller(&e, admin, "sched-b", &smtp_env);
+    let second_name = format!(
+        "every-minute-{}",
+        (start + chrono::Duration::minutes(1)).format("%Y%m%d%H%M")
+    );
+    wait_for(
+        "the second scheduled booking",
+        Duration::from_secs(75),
+        || async {
+            if created().await.iter().any(|b| b.name_any() == second_name) {
+                Ok(())
+            } else {
+                Err("not yet".into())
+            }
+        },
+    )
+    .await;
+    smtp.wait_for_messages(2, Duration::from_secs(20))
+        .await
+        .expect("the second booking's email");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let names: Vec<String> = created().await.iter().map(|b| b.name_any()).collect();
+    assert_eq!(
+        names.len(),
+        2,
+        "one booking per minute, no duplicate: {names:?}"
+    );
+    let mails = smtp.messages().unwrap();
+    assert_eq!(mails.len(), 2, "one email per booking, none twice");
+    restarted.stop().expect("stop");
+}
+
+fn creation_time(b: &Booking) -> chrono::DateTime<Utc> {
+    let t = b
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .expect("creationTimestamp");
+    chrono::DateTime::from_timestamp(t.0.as_second(), 0).expect("valid time")
+}
