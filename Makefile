@@ -13,7 +13,8 @@ all: build
 
 help:
 	@echo "make demo   - run the whole system locally (sandbox)"
-	@echo "make sandbox-up / sandbox-down - the same stack in the background"
+	@echo "make sandbox-up / sandbox-down - the same stack in the background (target/sandbox/env)"
+	@echo "make build  - build every binary and test of the workspace"
 	@echo "make test   - formatting, lints and every test of the workspace"
 	@echo "make crds   - regenerate manifests/crds from the Rust types"
 
@@ -66,10 +67,16 @@ sandbox-up: venv
 	$(SANDBOX_BUILD)
 	./target/debug/booking-sandbox up
 
+# The same build as sandbox-up (same packages, so the same feature set): instant once built.
 sandbox-down:
-	$(CARGO) build --locked -p booking-sandbox
+	$(SANDBOX_BUILD)
 	./target/debug/booking-sandbox down
 
 # Benchmarks (BENCHMARKS.md): release builds of the webhook, the controller and the benchmark
 # harness, then the suite, which writes target/bench/results.json. The servers under test run
 # on CPU 0 and the load client on CPU 1 (see BENCHMARKS.md for how the cores are shared).
+bench: venv
+	$(CARGO) build --release --locked -p booking-webhook -p booking-controller -p booking-bench
+	@mkdir -p target/bench
+	set -o pipefail; ./target/release/booking-bench --bin-dir target/release --out target/bench/results.json \
+	  2>&1 | tee target/bench/run.log

@@ -67,6 +67,21 @@ pub struct SmtpSettings {
     pub ca_file: Option<PathBuf>,
 }
 
+impl Default for SmtpSettings {
+    /// Email notifications disabled (no host); the flags' defaults otherwise.
+    fn default() -> Self {
+        Self {
+            host: None,
+            port: 587,
+            username: None,
+            password: None,
+            sender: None,
+            security: SmtpSecurity::Starttls,
+            ca_file: None,
+        }
+    }
+}
+
 /// A notification that could not be sent.
 #[derive(Debug, thiserror::Error)]
 pub enum NotifyError {
@@ -564,12 +579,7 @@ mod tests {
     async fn configuration_errors_name_the_setting() {
         let base = SmtpSettings {
             host: Some("smtp.example.com".into()),
-            port: 587,
-            username: None,
-            password: None,
-            sender: None,
-            security: SmtpSecurity::Starttls,
-            ca_file: None,
+            ..SmtpSettings::default()
         };
         let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
         let err = Notifiers::new(&base, &[]).err().unwrap().to_string();
@@ -621,15 +631,7 @@ mod tests {
     #[tokio::test]
     async fn unknown_types_and_bad_recipients_are_errors_not_panics() {
         let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
-        let smtp = SmtpSettings {
-            host: None,
-            port: 587,
-            username: None,
-            password: None,
-            sender: None,
-            security: SmtpSecurity::Starttls,
-            ca_file: None,
-        };
+        let smtp = SmtpSettings::default();
         let n = Notifiers::new(&smtp, &[]).unwrap();
         let pigeon = Notification {
             type_: "pigeon".into(),

@@ -200,11 +200,9 @@ async fn an_unreachable_server_is_a_transient_error() {
     let settings = SmtpSettings {
         host: Some("localhost".into()),
         port,
-        username: None,
-        password: None,
         sender: Some("booking@example.com".into()),
-        security: SmtpSecurity::Starttls,
         ca_file: Some(s.ca.cert_path().to_path_buf()),
+        ..SmtpSettings::default()
     };
     let notifiers = Notifiers::new(&settings, &[]).unwrap();
     let err = notifiers

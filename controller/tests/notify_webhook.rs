@@ -6,7 +6,7 @@ use std::{
     sync::{Arc, Mutex},
 };
 
-use booking_controller::notify::{NotificationContext, Notifiers, SmtpSecurity, SmtpSettings};
+use booking_controller::notify::{NotificationContext, Notifiers, SmtpSettings};
 use booking_harness::{TestDir, tls::TestCa};
 use booking_shared::api::Notification;
 use chrono::{DateTime, Utc};
@@ -84,15 +84,7 @@ fn ctx() -> NotificationContext {
 }
 
 fn no_smtp() -> SmtpSettings {
-    SmtpSettings {
-        host: None,
-        port: 587,
-        username: None,
-        password: None,
-        sender: None,
-        security: SmtpSecurity::Starttls,
-        ca_file: None,
-    }
+    SmtpSettings::default()
 }
 
 fn hook(url: String) -> Notification {

@@ -1,0 +1,798 @@
+//! `booking-bench`: the benchmark suite of issue 9 (`make bench`), or with `--smoke` a
+//! seconds-long check that the harness works (CI; no thresholds).
+//!
+//! Runs the real binaries of `--bin-dir` (release builds under `make bench`) against the
+//! in-repo Kubernetes API test server and moto, and writes the figures to `--out`
+//! (`target/bench/results.json`). See BENCHMARKS.md for how to read them.
+//!
+//! Core sharing (2 cores): with `--server-cpus 0 --client-cpus 1` (the default) the servers
+//! under test run on CPU 0 and this process (the load client, and the in-process API server,
+//! idle while load runs) on CPU 1, so the load generator never steals the server's core. The
+//! `*_shared_cores` figures run the same load with every process allowed on both cores.
+
+use std::{
+    collections::BTreeMap,
+    net::SocketAddr,
+    path::{Path, PathBuf},
+    time::Duration,
+};
+
+use anyhow::{Context as _, bail, ensure};
+use booking_bench::{
+    fixtures::{self, Layout},
+    load::{self, Target},
+    stats::median,
+    sys,
+};
+use booking_harness::{
+    TestDir, free_port,
+    process::{ManagedProcess, ProcessBuilder, Readiness},
+    tls::{ServerCert, TestCa},
+};
+use clap::Parser;
+use futures::StreamExt as _;
+use k8s_openapi::{
+    api::core::v1::Namespace,
+    apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+};
+use kube::{Api, api::PostParams, core::DynamicObject, discovery::ApiResource};
+use kube_test_server::{Options, TestServer};
+
+/// The benchmark suite of the booking operator.
+#[derive(Parser, Debug, Clone)]
+#[command(name = "booking-bench")]
+struct Args {
+    /// A seconds-long run with tiny sizes that checks the harness works (no thresholds).
+    #[arg(long)]
+    smoke: bool,
+    /// Folder of `booking-webhook`, `booking-controller` and `booking-bench-echo`.
+    #[arg(long, default_value = "target/release")]
+    bin_dir: PathBuf,
+    /// Where to write the figures.
+    #[arg(long, default_value = "target/bench/results.json")]
+    out: PathBuf,
+    /// Sections to run (comma-separated): webhook, controller.
+    #[arg(long, default_value = "webhook,controller", value_delimiter = ',')]
+    sections: Vec<String>,
+    /// Bookings indexed for the webhook figures.
+    #[arg(long, default_value_t = 10_000)]
+    bookings: usize,
+    /// Seconds of each measured load run.
+    #[arg(long, default_value_t = 10)]
+    seconds: u64,
+    /// Rounds of each comparison (alternating the servers compared).
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+    /// Connections of the closed-loop (peak) runs.
+    #[arg(long, default_value_t = 32)]
+    connections: usize,
+    /// Resource counts of the describe-calls figures (each also one managed instance).
+    #[arg(long, default_value = "10,100,1000", value_delimiter = ',')]
+    resource_counts: Vec<usize>,
+    /// CPUs of the servers under test (a taskset list); empty: no pinning.
+    #[arg(long, default_value = "0")]
+    server_cpus: String,
+    /// CPUs of this process, the load client (a taskset list); empty: no pinning.
+    #[arg(long, default_value = "1")]
+    client_cpus: String,
+}
+
+type Results = BTreeMap<String, f64>;
+
+fn main() -> anyhow::Result<()> {
+    let mut args = Args::parse();
+    if args.smoke {
+        args.bookings = args.bookings.min(20);
+        args.seconds = 1;
+        args.rounds = 1;
+        args.connections = args.connections.min(4);
+    }
+    if sys::allowed_cpus() < 2 {
+        // One CPU: pinning apart is impossible; everything shares it.
+        args.server_cpus.clear();
+        args.client_cpus.clear();
+    }
+    if !args.client_cpus.is_empty() {
+        // Before the runtime starts, so every worker thread inherits it.
+        sys::pin(std::process::id(), &args.client_cpus)?;
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(run(args))
+}
+
+async fn run(args: Args) -> anyhow::Result<()> {
+    let dir = TestDir::new("bench")?;
+    let mut results = Results::new();
+    eprintln!(
+        "booking-bench: {} CPUs allowed to the client; servers on {:?}, client on {:?}",
+        sys::allowed_cpus(),
+        args.server_cpus,
+        args.client_cpus
+    );
+    let mut failures = Vec::new();
+    for section in &args.sections {
+        let outcome = match section.as_str() {
+            "webhook" => webhook::run(&args, &dir, &mut results).await,
+            "controller" => controller::run(&args, &dir, &mut results).await,
+            other => Err(anyhow::anyhow!("unknown section {other:?}")),
+        };
+        if let Err(e) = outcome {
+            eprintln!("booking-bench: section {section} failed: {e:#}");
+            failures.push(section.clone());
+        }
+        write_results(&args.out, &results)?;
+    }
+    println!("{}", serde_json::to_string_pretty(&results)?);
+    eprintln!("booking-bench: wrote {}", args.out.display());
+    if !failures.is_empty() {
+        dir.keep();
+        bail!("sections failed: {failures:?}");
+    }
+    Ok(())
+}
+
+fn write_results(path: &Path, results: &Results) -> anyhow::Result<()> {
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    std::fs::write(path, serde_json::to_vec_pretty(results)?)
+        .with_context(|| format!("writing {}", path.display()))
+}
+
+fn round3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
+
+/// A binary of `--bin-dir`.
+fn binary(args: &Args, name: &str) -> anyhow::Result<PathBuf> {
+    let path = args.bin_dir.join(name);
+    ensure!(
+        path.is_file(),
+        "{} is missing: build it (make bench builds release binaries)",
+        path.display()
+    );
+    Ok(path)
+}
+
+/// A process pinned to the server CPUs (when pinning).
+fn server_process(args: &Args, name: &str, program: &Path) -> ProcessBuilder {
+    if args.server_cpus.is_empty() {
+        ProcessBuilder::new(name, program)
+    } else {
+        ProcessBuilder::new(name, "taskset")
+            .args(["-c", &args.server_cpus])
+            .arg(program)
+    }
+}
+
+/// A test API server with the CRDs and the bench namespace.
+async fn api_server() -> anyhow::Result<TestServer> {
+    let server = TestServer::start(Options::default()).await?;
+    let client = server.client().await?;
+    let crds = Api::<CustomResourceDefinition>::all(client.clone());
+    for crd in booking_shared::crd::all() {
+        crds.create(&PostParams::default(), &crd).await?;
+    }
+    let ns: Namespace = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": fixtures::NAMESPACE}
+    }))?;
+    Api::<Namespace>::all(client)
+        .create(&PostParams::default(), &ns)
+        .await?;
+    Ok(server)
+}
+
+/// Creates objects through the API, 16 at a time.
+async fn create_all(
+    client: &kube::Client,
+    plural: &str,
+    kind: &str,
+    objects: Vec<serde_json::Value>,
+) -> anyhow::Result<()> {
+    let gvk = kube::core::GroupVersionKind::gvk(booking_shared::api::GROUP, "v1", kind);
+    let ar = ApiResource::from_gvk_with_plural(&gvk, plural);
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), fixtures::NAMESPACE, &ar);
+    let mut stream = futures::stream::iter(objects.into_iter().map(|o| {
+        let api = api.clone();
+        async move {
+            let obj: DynamicObject = serde_json::from_value(o)?;
+            api.create(&PostParams::default(), &obj).await?;
+            anyhow::Ok(())
+        }
+    }))
+    .buffer_unordered(16);
+    while let Some(r) = stream.next().await {
+        r?;
+    }
+    Ok(())
+}
+
+mod webhook {
+    use super::*;
+
+    struct Webhook {
+        process: ManagedProcess,
+        addr: SocketAddr,
+    }
+
+    async fn start_webhook(
+        args: &Args,
+        dir: &TestDir,
+        name: &str,
+        server: &TestServer,
+        cert: &ServerCert,
+    ) -> anyhow::Result<Webhook> {
+        let bin = binary(args, "booking-webhook")?;
+        let port = free_port()?;
+        let admin = free_port()?;
+        let mut process = server_process(args, name, &bin)
+            .env("KUBECONFIG", server.kubeconfig_path())
+            .env("TLS_CERT_FILE", &cert.cert_path)
+            .env("TLS_KEY_FILE", &cert.key_path)
+            .env("WEBHOOK_LISTEN_ADDR", format!("127.0.0.1:{port}"))
+            .env("WEBHOOK_ADMIN_ADDR", format!("127.0.0.1:{admin}"))
+            .env("RUST_LOG", "warn")
+            .spawn(dir)?;
+        process
+            .wait_ready(
+                &Readiness::Http(format!("http://127.0.0.1:{admin}/readyz")),
+                Duration::from_secs(120),
+            )
+            .await?;
+        Ok(Webhook {
+            process,
+            addr: SocketAddr::from(([127, 0, 0, 1], port)),
+        })
+    }
+
+    /// Checks that the webhook denies a booking overlapping the first indexed one (its index
+    /// holds the bookings) and admits the free probe.
+    async fn check_index(
+        target: &Target,
+        layout: &Layout,
+        expect_conflict: bool,
+    ) -> anyhow::Result<()> {
+        let mut probe = target.clone();
+        probe.body = layout.conflicting_review().into();
+        let answer = load::Connection::open(&probe).await?.send().await?;
+        ensure!(
+            fixtures::allowed(&answer) == Some(!expect_conflict),
+            "overlap probe: expected allowed={}, got {}",
+            !expect_conflict,
+            String::from_utf8_lossy(&answer)
+        );
+        let answer = load::Connection::open(target).await?.send().await?;
+        ensure!(
+            fixtures::allowed(&answer) == Some(true),
+            "the benchmark's review is not admitted: {}",
+            String::from_utf8_lossy(&answer)
+        );
+        Ok(())
+    }
+
+    pub async fn run(args: &Args, dir: &TestDir, results: &mut Results) -> anyhow::Result<()> {
+        let layout = Layout::new(chrono::Utc::now(), 100);
+        let ca = TestCa::new(dir, "bench")?;
+        let cert = ca.issue_server_cert("webhook", &["localhost", "127.0.0.1"])?;
+        let tls = load::client_config(ca.root_store()?)?;
+
+        // The API server with N bookings, created before the webhook starts (its watch lists
+        // them all), and an empty one.
+        let full = api_server().await?;
+        let empty = api_server().await?;
+        let client = full.client().await?;
+        let t0 = std::time::Instant::now();
+        let objects = (0..args.bookings).map(|i| layout.booking(i)).collect();
+        create_all(&client, "bookings", "Booking", objects).await?;
+        eprintln!(
+            "webhook: {} bookings created in {:.1}s",
+            args.bookings,
+            t0.elapsed().as_secs_f64()
+        );
+
+        let wh_full = start_webhook(args, dir, "webhook-10k", &full, &cert).await?;
+        let wh_empty = start_webhook(args, dir, "webhook-0", &empty, &cert).await?;
+        let echo_port = free_port()?;
+        let mut echo = server_process(args, "tls-echo", &binary(args, "booking-bench-echo")?)
+            .args(["--cert", &cert.cert_path.to_string_lossy()])
+            .args(["--key", &cert.key_path.to_string_lossy()])
+            .args(["--listen", &format!("127.0.0.1:{echo_port}")])
+            .spawn(dir)?;
+        let echo_addr = SocketAddr::from(([127, 0, 0, 1], echo_port));
+        echo.wait_ready(&Readiness::Tcp(echo_addr), Duration::from_secs(20))
+            .await?;
+
+        let body: bytes::Bytes = layout.free_review().into();
+        let target = |addr| Target {
+            addr,
+            server_name: "localhost".to_owned(),
+            path: "/validate".to_owned(),
+            body: body.clone(),
+            tls: tls.clone(),
+        };
+        let t_full = target(wh_full.addr);
+        let t_empty = target(wh_empty.addr);
+        let t_echo = target(echo_addr);
+        check_index(&t_full, &layout, args.bookings > 0).await?;
+        check_index(&t_empty, &layout, false).await?;
+        results.insert("webhook_bookings_indexed".into(), args.bookings as f64);
+
+        let seconds = Duration::from_secs(args.seconds);
+        let warmup = Duration::from_secs(1).min(seconds);
+
+        // (1) Peak throughput, webhook and echo alternating.
+        let (mut wh, mut ec) = (Vec::new(), Vec::new());
+        for round in 0..args.rounds {
+            let w = load::peak(&t_full, args.connections, warmup, seconds).await?;
+            let e = load::peak(&t_echo, args.connections, warmup, seconds).await?;
+            eprintln!(
+                "peak round {round}: webhook {:.0}/s ({} errors, p99 {:.2} ms), echo {:.0}/s ({} errors)",
+                w.rps(),
+                w.errors,
+                w.latencies.quantile_ms(0.99).unwrap_or(f64::NAN),
+                e.rps(),
+                e.errors
+            );
+            ensure!(w.completed > 0 && e.completed > 0, "no request completed");
+            wh.push(w.rps());
+            ec.push(e.rps());
+        }
+        let (w, e) = (median(&wh).unwrap_or(0.0), median(&ec).unwrap_or(0.0));
+        results.insert("webhook_rps_peak".into(), w.round());
+        results.insert("tls_echo_rps_peak".into(), e.round());
+        results.insert("webhook_rps_ratio_to_tls_echo".into(), round3(w / e));
+
+        // (2) p99 at 200 rps, empty and full index alternating.
+        let (mut s0, mut s10) = (
+            booking_bench::stats::Samples::default(),
+            booking_bench::stats::Samples::default(),
+        );
+        for round in 0..args.rounds {
+            let a = load::fixed_rate(&t_empty, 200, 4, seconds).await?;
+            let b = load::fixed_rate(&t_full, 200, 4, seconds).await?;
+            eprintln!(
+                "200 rps round {round}: p99 {:.3} ms (0 bookings, {} errors), {:.3} ms ({} bookings, {} errors)",
+                a.latencies.quantile_ms(0.99).unwrap_or(f64::NAN),
+                a.errors,
+                b.latencies.quantile_ms(0.99).unwrap_or(f64::NAN),
+                args.bookings,
+                b.errors
+            );
+            s0.extend(&a.latencies);
+            s10.extend(&b.latencies);
+        }
+        let p0 = s0.quantile_ms(0.99).context("no samples")?;
+        let p10 = s10.quantile_ms(0.99).context("no samples")?;
+        results.insert("webhook_p99_ms_at_200rps_0_bookings".into(), round3(p0));
+        results.insert("webhook_p99_ms_at_200rps_10k_bookings".into(), round3(p10));
+        results.insert("webhook_p99_ratio_10k_over_0".into(), round3(p10 / p0));
+        results.insert(
+            "webhook_p50_ms_at_200rps_0_bookings".into(),
+            round3(s0.quantile_ms(0.5).unwrap_or(0.0)),
+        );
+        results.insert(
+            "webhook_p50_ms_at_200rps_10k_bookings".into(),
+            round3(s10.quantile_ms(0.5).unwrap_or(0.0)),
+        );
+        results.insert(
+            "webhook_rss_mib_10k_bookings".into(),
+            round3(sys::rss_mib(wh_full.process.pid())?),
+        );
+        results.insert(
+            "webhook_rss_mib_0_bookings".into(),
+            round3(sys::rss_mib(wh_empty.process.pid())?),
+        );
+
+        // (1b) The same peak load with every process allowed on both cores.
+        if !args.server_cpus.is_empty() && !args.client_cpus.is_empty() {
+            let all = format!("0-{}", num_cpus_online() - 1);
+            sys::pin(std::process::id(), &all)?;
+            sys::pin(wh_full.process.pid(), &all)?;
+            sys::pin(echo.pid(), &all)?;
+            let (mut wh, mut ec) = (Vec::new(), Vec::new());
+            for round in 0..args.rounds {
+                let w = load::peak(&t_full, args.connections, warmup, seconds).await?;
+                let e = load::peak(&t_echo, args.connections, warmup, seconds).await?;
+                eprintln!(
+                    "peak round {round}, shared cores: webhook {:.0}/s, echo {:.0}/s",
+                    w.rps(),
+                    e.rps()
+                );
+                wh.push(w.rps());
+                ec.push(e.rps());
+            }
+            let (w, e) = (median(&wh).unwrap_or(0.0), median(&ec).unwrap_or(0.0));
+            results.insert("webhook_rps_peak_shared_cores".into(), w.round());
+            results.insert("tls_echo_rps_peak_shared_cores".into(), e.round());
+            results.insert(
+                "webhook_rps_ratio_to_tls_echo_shared_cores".into(),
+                round3(w / e),
+            );
+            sys::pin(std::process::id(), &args.client_cpus)?;
+        }
+        drop(echo);
+        drop(wh_full);
+        drop(wh_empty);
+        full.shutdown().await;
+        empty.shutdown().await;
+        Ok(())
+    }
+
+    fn num_cpus_online() -> usize {
+        std::fs::read_to_string("/sys/devices/system/cpu/online")
+            .ok()
+            .and_then(|s| {
+                s.trim()
+                    .rsplit(['-', ','])
+                    .next()
+                    .and_then(|n| n.parse::<usize>().ok())
+            })
+            .map_or(2, |n| n + 1)
+    }
+}
+
+mod controller {
+    use std::time::{Instant, SystemTime};
+
+    use booking_harness::{aws_query::Service, moto::MotoServer, proxy::FaultProxy};
+    use chrono::{DateTime, Utc};
+
+    use super::*;
+
+    /// Seconds between the controller's full inventory refreshes during the benchmark.
+    const INTERVAL_SECONDS: u64 = 5;
+
+    fn resource(i: usize) -> serde_json::Value {
+        serde_json::json!({
+            "apiVersion": "manager.kotaico.de/v1",
+            "kind": "Resource",
+            "metadata": {"name": Layout::resource(i), "namespace": fixtures::NAMESPACE},
+            "spec": {"type": "ec2", "tag": format!("group-{i}")},
+        })
+    }
+
+    /// Sum of the controller's EC2 inventory refreshes so far (`_count` of the histogram).
+    async fn refreshes(admin: u16) -> anyhow::Result<f64> {
+        let text = http_get(admin, "/metrics").await?;
+        Ok(text
+            .lines()
+            .filter(|l| {
+                l.starts_with("booking_controller_inventory_refresh_seconds_count")
+                    && l.contains("ec2")
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum())
+    }
+
+    async fn http_get(port: u16, path: &str) -> anyhow::Result<String> {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+        s.write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+                .as_bytes(),
+        )
+        .await?;
+        let mut out = String::new();
+        s.read_to_string(&mut out).await?;
+        Ok(out)
+    }
+
+    /// Seeds one running instance per group `from..to`, tagged for the group.
+    async fn seed(moto: &MotoServer, from: usize, to: usize) -> anyhow::Result<Vec<String>> {
+        let ec2 = moto.ec2();
+        let mut stream = futures::stream::iter((from..to).map(|i| {
+            let ec2 = ec2.clone();
+            async move {
+                let tag = format!("group-{i}");
+                booking_harness::moto::seed_ec2_instances(
+                    &ec2,
+                    1,
+                    &[
+                        ("resource-booking/managed", "true"),
+                        ("resource-booking/application", tag.as_str()),
+                    ],
+                )
+                .await
+                .map(|ids| (i, ids))
+            }
+        }))
+        .buffer_unordered(8);
+        let mut ids = vec![String::new(); to - from];
+        while let Some(r) = stream.next().await {
+            let (i, mut got) = r?;
+            ids[i - from] = got.pop().unwrap_or_default();
+        }
+        Ok(ids)
+    }
+
+    /// Bookings of groups `groups` all starting at `start`, each `minutes` long.
+    fn bookings_at(
+        prefix: &str,
+        groups: impl Iterator<Item = usize>,
+        start: impl Fn(usize) -> DateTime<Utc>,
+        minutes: i64,
+    ) -> Vec<serde_json::Value> {
+        groups
+            .map(|g| {
+                let s = start(g);
+                fixtures::booking(
+                    &format!("{prefix}-{g}"),
+                    &Layout::resource(g),
+                    s,
+                    s + chrono::Duration::minutes(minutes),
+                )
+            })
+            .collect()
+    }
+
+    /// Waits until every instance of `ids` has reached the proxy in a StartInstances request,
+    /// or `deadline`; returns each instance's first StartInstances arrival.
+    async fn wait_started(
+        proxy: &FaultProxy,
+        ids: &[String],
+        deadline: Duration,
+    ) -> BTreeMap<String, SystemTime> {
+        let until = Instant::now() + deadline;
+        loop {
+            let mut first = BTreeMap::new();
+            for r in proxy.requests() {
+                if r.action.as_deref() == Some("StartInstances") && r.status < 300 {
+                    for id in &r.resource_ids {
+                        first.entry(id.clone()).or_insert(r.at);
+                    }
+                }
+            }
+            let done = ids.iter().all(|id| first.contains_key(id));
+            if done || Instant::now() >= until {
+                return first;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    fn latencies_ms(
+        ids: &[String],
+        starts: &[DateTime<Utc>],
+        first: &BTreeMap<String, SystemTime>,
+    ) -> (Vec<u64>, usize) {
+        let mut micros = Vec::new();
+        let mut missing = 0;
+        for (id, start) in ids.iter().zip(starts) {
+            match first.get(id) {
+                Some(at) => {
+                    let at: DateTime<Utc> = (*at).into();
+                    let d = (at - *start).num_microseconds().unwrap_or(0);
+                    micros.push(u64::try_from(d.max(0)).unwrap_or(0));
+                }
+                None => missing += 1,
+            }
+        }
+        (micros, missing)
+    }
+
+    /// Whole second at least `ahead` from now.
+    fn next_second(ahead: Duration) -> DateTime<Utc> {
+        let t = Utc::now() + chrono::Duration::from_std(ahead).unwrap_or_default();
+        let secs = t.timestamp() + 1;
+        DateTime::from_timestamp(secs, 0).unwrap_or(t)
+    }
+
+    pub async fn run(args: &Args, dir: &TestDir, results: &mut Results) -> anyhow::Result<()> {
+        // No load generator here: every process may use both cores.
+        if !args.client_cpus.is_empty() {
+            sys::pin(std::process::id(), "0-1")?;
+        }
+        let sizes: Vec<usize> = if args.smoke {
+            vec![2, 5]
+        } else {
+            args.resource_counts.clone()
+        };
+        let simultaneous = if args.smoke { 5 } else { 1000 };
+        let staggered = if args.smoke { 3 } else { 24 };
+        let rss_bookings = if args.smoke { 20 } else { 10_000 };
+        let window = Duration::from_secs(if args.smoke { 5 } else { 3 * INTERVAL_SECONDS });
+
+        let moto = MotoServer::start(dir).await?;
+        let proxy = FaultProxy::start(&moto.endpoint_url()).await?;
+        let server = api_server().await?;
+        let client = server.client().await?;
+        let admin = free_port()?;
+        let bin = binary(args, "booking-controller")?;
+        let mut builder = ProcessBuilder::new("controller", &bin);
+        for (k, v) in proxy.env() {
+            builder = builder.env(k, v);
+        }
+        let mut controller = builder
+            .env("KUBECONFIG", server.kubeconfig_path())
+            .env("NAMESPACE", fixtures::NAMESPACE)
+            .env("ADMIN_ADDRESS", format!("127.0.0.1:{admin}"))
+            .env("INVENTORY_INTERVAL_SECONDS", INTERVAL_SECONDS.to_string())
+            .env("LEADER_ELECT", "false")
+            .env("RUST_LOG", "info")
+            .spawn(dir)?;
+        controller
+            .wait_ready(
+                &Readiness::Http(format!("http://127.0.0.1:{admin}/readyz")),
+                Duration::from_secs(60),
+            )
+            .await?;
+        let pid = controller.pid();
+
+        // (3) DescribeInstances calls per full refresh, at 10, 100, 1000 Resources.
+        moto.start_recording().await?;
+        let mut instance_ids = Vec::new();
+        let mut have = 0;
+        for &n in &sizes {
+            let t0 = Instant::now();
+            instance_ids.extend(seed(&moto, have, n).await?);
+            create_all(
+                &client,
+                "resources",
+                "Resource",
+                (have..n).map(resource).collect(),
+            )
+            .await?;
+            have = n;
+            eprintln!(
+                "controller: {n} Resources and instances in {:.1}s",
+                t0.elapsed().as_secs_f64()
+            );
+            // Let the new Resources settle (targeted refreshes, first reconciles, stops).
+            tokio::time::sleep(Duration::from_secs(2 * INTERVAL_SECONDS)).await;
+            moto.clear_recording().await?;
+            let r0 = refreshes(admin).await?;
+            tokio::time::sleep(window).await;
+            let calls = moto.action_counts().await?;
+            let r1 = refreshes(admin).await?;
+            let describes = calls.get(Service::Ec2, "DescribeInstances");
+            let refreshed = r1 - r0;
+            eprintln!(
+                "controller: {n} Resources: {describes} DescribeInstances over {refreshed} refreshes in {}s; all calls {:?}",
+                window.as_secs(),
+                calls.iter().collect::<Vec<_>>()
+            );
+            if refreshed > 0.0 {
+                results.insert(
+                    format!("ec2_describe_calls_per_refresh_{n}_resources"),
+                    round3(describes as f64 / refreshed),
+                );
+            }
+            results.insert(
+                format!("ec2_describe_calls_per_minute_{n}_resources"),
+                round3(describes as f64 * 60.0 / window.as_secs_f64()),
+            );
+        }
+        results.insert(
+            "controller_rss_mib_0_bookings".into(),
+            round3(sys::rss_mib(pid)?),
+        );
+
+        // (4) Start latency over staggered bookings, one second apart, on groups of their own
+        // (so that the simultaneous bookings below start on groups never booked before).
+        instance_ids.extend(seed(&moto, have, have + staggered).await?);
+        create_all(
+            &client,
+            "resources",
+            "Resource",
+            (have..have + staggered).map(resource).collect(),
+        )
+        .await?;
+        tokio::time::sleep(Duration::from_secs(INTERVAL_SECONDS)).await;
+        let first_start = next_second(Duration::from_secs(8));
+        let starts: Vec<DateTime<Utc>> = (0..staggered)
+            .map(|k| first_start + chrono::Duration::seconds(i64::try_from(k).unwrap_or(0)))
+            .collect();
+        proxy.clear_requests();
+        create_all(
+            &client,
+            "bookings",
+            "Booking",
+            bookings_at("staggered", have..have + staggered, |g| starts[g - have], 5),
+        )
+        .await?;
+        let ids = &instance_ids[have..have + staggered];
+        let first = wait_started(&proxy, ids, Duration::from_secs(staggered as u64 + 60)).await;
+        let (micros, missing) = latencies_ms(ids, &starts, &first);
+        eprintln!("controller: staggered start latencies (us) {micros:?}, {missing} never started");
+        if missing == 0 {
+            results.insert(
+                "start_latency_p50_ms".into(),
+                round3(booking_bench::stats::quantile_ms(&micros, 0.5).unwrap_or(0.0)),
+            );
+            results.insert(
+                "start_latency_p99_ms".into(),
+                round3(booking_bench::stats::quantile_ms(&micros, 0.99).unwrap_or(0.0)),
+            );
+            results.insert("start_latency_bookings".into(), micros.len() as f64);
+        }
+
+        // (4b) Bookings of `n` groups all starting in the same second.
+        let n = simultaneous.min(have);
+        let at = next_second(Duration::from_secs(if args.smoke { 5 } else { 20 }));
+        proxy.clear_requests();
+        let t0 = Instant::now();
+        create_all(
+            &client,
+            "bookings",
+            "Booking",
+            bookings_at("together", 0..n, |_| at, 5),
+        )
+        .await?;
+        eprintln!(
+            "controller: {n} simultaneous bookings created in {:.1}s, start at {at}",
+            t0.elapsed().as_secs_f64()
+        );
+        let ids = &instance_ids[..n];
+        let first = wait_started(
+            &proxy,
+            ids,
+            Duration::from_secs(u64::try_from((at - Utc::now()).num_seconds()).unwrap_or(0) + 60),
+        )
+        .await;
+        let (micros, missing) = latencies_ms(ids, &vec![at; n], &first);
+        let starts_calls = proxy.count("StartInstances");
+        eprintln!(
+            "controller: {n} simultaneous: p50 {:?} p99 {:?} max {:?} ms, {missing} never started, {starts_calls} StartInstances calls",
+            booking_bench::stats::quantile_ms(&micros, 0.5),
+            booking_bench::stats::quantile_ms(&micros, 0.99),
+            booking_bench::stats::quantile_ms(&micros, 1.0)
+        );
+        if missing == 0 {
+            let key = format!("start_latency_p99_ms_{n}_bookings");
+            results.insert(
+                key,
+                round3(booking_bench::stats::quantile_ms(&micros, 0.99).unwrap_or(0.0)),
+            );
+            results.insert(
+                format!("start_instances_calls_{n}_bookings"),
+                starts_calls as f64,
+            );
+        }
+
+        // (5) Memory with many bookings, and the peak of a relist.
+        let layout = Layout::new(Utc::now() + chrono::Duration::days(30), have);
+        let t0 = Instant::now();
+        create_all(
+            &client,
+            "bookings",
+            "Booking",
+            (0..rss_bookings)
+                .map(|i| {
+                    let mut b = layout.booking(i);
+                    b["metadata"]["name"] = serde_json::json!(format!("future-{i:05}"));
+                    b
+                })
+                .collect(),
+        )
+        .await?;
+        eprintln!(
+            "controller: {rss_bookings} bookings created in {:.1}s",
+            t0.elapsed().as_secs_f64()
+        );
+        tokio::time::sleep(Duration::from_secs(2 * INTERVAL_SECONDS)).await;
+        let rss = sys::rss_mib(pid)?;
+        results.insert("controller_rss_mib_10k_bookings".into(), round3(rss));
+        // Force every watch to relist: close them and forget the history they would resume
+        // from, then sample the RSS while the controller lists everything again.
+        server.controls().compact_history();
+        server.controls().close_watches();
+        let mut peak = rss;
+        let until = Instant::now() + Duration::from_secs(15);
+        while Instant::now() < until {
+            peak = peak.max(sys::rss_mib(pid)?);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        results.insert("controller_rss_mib_relist_peak".into(), round3(peak));
+        results.insert(
+            "controller_rss_mib_lifetime_peak".into(),
+            round3(sys::rss_peak_mib(pid)?),
+        );
+        drop(controller);
+        server.shutdown().await;
+        drop(proxy);
+        drop(moto);
+        Ok(())
+    }
+}
