@@ -93,6 +93,11 @@ pub async fn reconcile(res: Arc<Resource>, ctx: Arc<Context>) -> Result<Action> 
     let views = ctx.booking_views(&ns, &name);
     let verdicts = arbitrate(&views, now);
     let booking_holder = holder(&views, &verdicts);
+    if booking_holder.is_none()
+        && let Some(wait) = scheduler_handover(&ctx.client, &ns, &name, &views, now).await
+    {
+        return Ok(Action::requeue(wait));
+    }
 
     let mut snapshot = ctx.inventory.snapshot(&key);
     let mut members: Option<Vec<Member>> =
@@ -425,4 +430,41 @@ async fn execute(
         }
     }
     acted
+}
+
+/// How long a booking ending at a fire time of a BookingScheduler of the same Resource waits
+/// for the scheduler's next booking before the group is stopped.
+const HANDOVER_GRACE: chrono::Duration = chrono::Duration::seconds(2);
+
+/// Schedulers create their bookings at the fire time, never before; when one booking of a
+/// scheduler ends exactly as the next fires, the next booking appears some milliseconds after the
+/// boundary. Instead of stopping the group and starting it again at once, wait (briefly) for it.
+/// Returns the delay before looking again, or `None` to proceed.
+async fn scheduler_handover(
+    client: &kube::Client,
+    ns: &str,
+    resource: &str,
+    views: &[crate::arbitration::BookingView],
+    now: chrono::DateTime<Utc>,
+) -> Option<std::time::Duration> {
+    use booking_shared::{api::BookingScheduler, schedule::CronSchedule};
+    let just_ended = views
+        .iter()
+        .filter_map(|v| v.slot.as_ref().ok())
+        .map(|s| s.end)
+        .filter(|end| *end <= now && now - *end < HANDOVER_GRACE)
+        .max()?;
+    let schedulers: Api<BookingScheduler> = Api::namespaced(client.clone(), ns);
+    let list = schedulers.list(&Default::default()).await.ok()?;
+    let fires_then = list.items.iter().any(|s| {
+        s.spec.booking_template.resource_name == resource
+            && CronSchedule::parse_in(&s.spec.schedule, s.spec.time_zone.as_deref())
+                .ok()
+                .and_then(|c| c.next_after(just_ended - chrono::Duration::milliseconds(1)))
+                == Some(just_ended)
+    });
+    fires_then.then(|| {
+        tracing::debug!(%just_ended, "waiting for the scheduler's next booking before stopping");
+        std::time::Duration::from_millis(250)
+    })
 }

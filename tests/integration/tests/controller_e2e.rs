@@ -1045,6 +1045,33 @@ async fn a_per_minute_scheduler_books_each_minute_once_across_a_restart() {
         ("SMTP_SENDER", "booking@example.com"),
         ("SMTP_SECURITY", "none"),
     ];
+    // A group for the bookings: one stopped instance. Back-to-back bookings of the scheduler
+    // must hand it over without stopping it in between.
+    let home = e.moto.ec2();
+    let ids = moto::seed_ec2_instances(
+        &home,
+        1,
+        &[
+            ("resource-booking/managed", "true"),
+            ("resource-booking/application", "analytics"),
+        ],
+    )
+    .await
+    .unwrap();
+    home.stop_instances()
+        .set_instance_ids(Some(ids.clone()))
+        .send()
+        .await
+        .unwrap();
+    Api::<Resource>::namespaced(e.client.clone(), NS)
+        .create(
+            &PostParams::default(),
+            &resource("ec2.analytics", "ec2", "analytics", None),
+        )
+        .await
+        .unwrap();
+    e.moto.start_recording().await.unwrap();
+
     let schedulers: Api<BookingScheduler> = Api::namespaced(e.client.clone(), NS);
     let scheduler: BookingScheduler = serde_json::from_value(serde_json::json!({
         "apiVersion": "manager.kotaico.de/v1",
@@ -1142,6 +1169,17 @@ async fn a_per_minute_scheduler_books_each_minute_once_across_a_restart() {
     );
     let mails = smtp.messages().unwrap();
     assert_eq!(mails.len(), 2, "one email per booking, none twice");
+    // The group ran through the handover at the second fire: started, never stopped.
+    let counts = e.moto.action_counts().await.unwrap();
+    assert!(
+        counts.get(Service::Ec2, "StartInstances") >= 1,
+        "the group was started"
+    );
+    assert_eq!(
+        counts.get(Service::Ec2, "StopInstances"),
+        0,
+        "no stop between back-to-back bookings of the scheduler"
+    );
     restarted.stop().expect("stop");
 }
 
