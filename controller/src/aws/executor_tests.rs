@@ -6,6 +6,7 @@ use futures::FutureExt;
 use futures::future::BoxFuture;
 
 use super::*;
+use crate::aws::test_fakes::NoRds;
 use crate::aws::{Ec2Filter, Page};
 
 #[derive(Default)]
@@ -77,39 +78,6 @@ impl Ec2Api for FakeEc2 {
         _: &'a [String],
     ) -> BoxFuture<'a, AwsResult<()>> {
         async move { self.check("untag", ids, false) }.boxed()
-    }
-}
-
-struct NoRds;
-impl RdsApi for NoRds {
-    fn describe_db_instances<'a>(
-        &'a self,
-        _: &'a str,
-        _: Option<String>,
-    ) -> BoxFuture<'a, AwsResult<Page>> {
-        async { Ok((vec![], None)) }.boxed()
-    }
-    fn start_db_instance<'a>(&'a self, _: &'a str, _: &'a str) -> BoxFuture<'a, AwsResult<()>> {
-        async { Ok(()) }.boxed()
-    }
-    fn stop_db_instance<'a>(&'a self, _: &'a str, _: &'a str) -> BoxFuture<'a, AwsResult<()>> {
-        async { Ok(()) }.boxed()
-    }
-    fn add_tags<'a>(
-        &'a self,
-        _: &'a str,
-        _: &'a str,
-        _: &'a [(String, String)],
-    ) -> BoxFuture<'a, AwsResult<()>> {
-        async { Ok(()) }.boxed()
-    }
-    fn remove_tags<'a>(
-        &'a self,
-        _: &'a str,
-        _: &'a str,
-        _: &'a [String],
-    ) -> BoxFuture<'a, AwsResult<()>> {
-        async { Ok(()) }.boxed()
     }
 }
 

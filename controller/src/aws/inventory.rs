@@ -395,38 +395,6 @@ mod tests {
         }
     }
 
-    impl RdsApi for Pages {
-        fn describe_db_instances<'a>(
-            &'a self,
-            _: &'a str,
-            _: Option<String>,
-        ) -> BoxFuture<'a, AwsResult<Page>> {
-            async { Ok((vec![], None)) }.boxed()
-        }
-        fn start_db_instance<'a>(&'a self, _: &'a str, _: &'a str) -> BoxFuture<'a, AwsResult<()>> {
-            async { Ok(()) }.boxed()
-        }
-        fn stop_db_instance<'a>(&'a self, _: &'a str, _: &'a str) -> BoxFuture<'a, AwsResult<()>> {
-            async { Ok(()) }.boxed()
-        }
-        fn add_tags<'a>(
-            &'a self,
-            _: &'a str,
-            _: &'a str,
-            _: &'a [(String, String)],
-        ) -> BoxFuture<'a, AwsResult<()>> {
-            async { Ok(()) }.boxed()
-        }
-        fn remove_tags<'a>(
-            &'a self,
-            _: &'a str,
-            _: &'a str,
-            _: &'a [String],
-        ) -> BoxFuture<'a, AwsResult<()>> {
-            async { Ok(()) }.boxed()
-        }
-    }
-
     #[tokio::test]
     async fn every_page_is_read_and_a_failed_page_keeps_the_last_complete_listing() {
         let fake = Arc::new(Pages {
@@ -440,7 +408,7 @@ mod tests {
         });
         let inv = Inventory::new(
             fake.clone(),
-            fake.clone(),
+            Arc::new(crate::aws::test_fakes::NoRds),
             TagKeys::default(),
             Metrics::new(),
         );

@@ -8,6 +8,8 @@
 pub mod executor;
 pub mod inventory;
 pub mod sdk;
+#[cfg(test)]
+mod test_fakes;
 
 use futures::future::BoxFuture;
 
