@@ -14,6 +14,9 @@ pub enum Error {
     /// The object lacks something every object has (namespace, name).
     #[error("malformed object: {0}")]
     Malformed(String),
+    /// A cache's watch ended before its first list (only during shutdown).
+    #[error("cache closed before its first list: {0}")]
+    CacheClosed(#[from] kube::runtime::reflector::store::WriterDropped),
 }
 
 impl Error {
@@ -23,6 +26,7 @@ impl Error {
             Error::Kube(_) => "kube",
             Error::Aws(_) => "aws",
             Error::Malformed(_) => "malformed",
+            Error::CacheClosed(_) => "cache",
         }
     }
 }

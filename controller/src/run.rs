@@ -8,14 +8,14 @@ use std::time::Duration;
 use anyhow::Context as _;
 use booking_shared::api::{Booking, BookingScheduler, Resource, ResourceMonitor};
 use chrono::Utc;
+use futures::channel::mpsc;
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::coordination::v1::Lease;
-use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, watcher};
 use tokio::sync::watch;
 
 use crate::admin::{self, Readiness};
@@ -24,6 +24,7 @@ use crate::aws::inventory::Inventory;
 use crate::aws::sdk::{SdkClients, load_config};
 use crate::config::{Args, RetryMode};
 use crate::error::Error;
+use crate::index::{BookingIndex, Change};
 use crate::leader::{self, LeaseConfig};
 use crate::metrics::Metrics;
 use crate::plan::Backoff;
@@ -38,6 +39,21 @@ where
         Api::all(client.clone())
     } else {
         Api::namespaced(client.clone(), namespace)
+    }
+}
+
+/// Room in each shared watch stream's broadcast buffer (objects) before the watch waits for
+/// its slowest subscriber.
+const SHARED_STREAM_BUFFER: usize = 1024;
+
+/// Drops from a cached object what no reconciler reads: `metadata.managedFields` and the
+/// `kubectl.kubernetes.io/last-applied-configuration` annotation (a full copy of the spec).
+/// Together they are most of a Booking's size.
+fn strip_cached<K: kube::Resource>(obj: &mut K) {
+    let meta = obj.meta_mut();
+    meta.managed_fields = None;
+    if let Some(a) = meta.annotations.as_mut() {
+        a.remove("kubectl.kubernetes.io/last-applied-configuration");
     }
 }
 
@@ -179,52 +195,108 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let ns = args.kube.namespace.clone();
     let wc = watcher::Config::default();
     let bookings_api: Api<Booking> = api(&client, &ns);
-    let bookings_api_for_notifications = bookings_api.clone();
     let resources_api: Api<Resource> = api(&client, &ns);
     let monitors_api: Api<ResourceMonitor> = api(&client, &ns);
-    let booking_ctrl = Controller::new(bookings_api.clone(), wc.clone());
-    let resource_ctrl = Controller::new(resources_api.clone(), wc.clone());
-    let monitor_ctrl = Controller::new(monitors_api, wc.clone());
-    let resources_store = resource_ctrl.store();
-    // One reflector of Bookings feeds the cache every reconciler reads; its events trigger the
-    // reconciles that depend on other Bookings only *after* the cache holds them, so a
-    // reconcile never decides on a cache older than its trigger (a deleted active booking must
-    // release its group). Bursts coalesce in the watch channels.
-    let (bookings_store, bookings_writer) = kube::runtime::reflector::store::<Booking>();
-    let (bookings_changed, bookings_changed_rx) = watch::channel(0u64);
-    let (bookings_removed, bookings_removed_rx) = watch::channel(0u64);
-    tokio::spawn(
+    let controller_config = kube::runtime::controller::Config::default()
+        .concurrency(args.kube.max_concurrent_reconciles);
+
+    // One watch and one cache per kind, shared by every controller that reads it (kube's shared
+    // reflector): the Booking controller and the notification controller subscribe to the same
+    // Booking stream, the Resource controller and the Booking triggers to the same Resource
+    // stream. Cached objects drop what no reconciler reads (managedFields, the last-applied
+    // annotation), which is most of a small object's size.
+    let (bookings_store, bookings_writer) =
+        kube::runtime::reflector::store_shared::<Booking>(SHARED_STREAM_BUFFER);
+    let (resources_store, resources_writer) =
+        kube::runtime::reflector::store_shared::<Resource>(SHARED_STREAM_BUFFER);
+    let subscribe = || anyhow::anyhow!("a shared store can always be subscribed to");
+    let booking_events = bookings_writer.subscribe().ok_or_else(subscribe)?;
+    let notification_events = bookings_writer.subscribe().ok_or_else(subscribe)?;
+    let resource_events = resources_writer.subscribe().ok_or_else(subscribe)?;
+    let index = Arc::new(BookingIndex::default());
+    // What a change concerns, as computed by the index: the Resources to reconcile and the
+    // bookings whose arbitration may have changed. The cache and the index are updated before
+    // these triggers are sent, so a reconcile never decides on a cache older than its trigger
+    // (a deleted active booking must release its group).
+    let (resource_triggers, resource_triggers_rx) = mpsc::unbounded::<ObjectRef<Resource>>();
+    let (booking_triggers, booking_triggers_rx) = mpsc::unbounded::<ObjectRef<Booking>>();
+    let send_change = {
+        let index = index.clone();
+        let metrics = metrics.clone();
+        let resource_triggers = resource_triggers.clone();
+        let booking_triggers = booking_triggers.clone();
+        move |change: Change| {
+            metrics.set_active_bookings(i64::try_from(index.in_progress()).unwrap_or(i64::MAX));
+            for r in change.resources {
+                let _ = resource_triggers.unbounded_send(r);
+            }
+            for r in &change.rearbitrate {
+                for b in index.of_resource(r) {
+                    let _ = booking_triggers.unbounded_send(b);
+                }
+            }
+        }
+    };
+    let bookings_feed = {
+        let index = index.clone();
+        let store = bookings_store.clone();
         kube::runtime::reflector(
             bookings_writer,
-            kube::runtime::WatchStreamExt::default_backoff(watcher(
-                bookings_api.clone(),
-                wc.clone(),
-            )),
+            watcher(bookings_api.clone(), wc.clone())
+                .default_backoff()
+                .modify(strip_cached),
         )
         .for_each(move |ev| {
-            let bump = |tx: &watch::Sender<u64>| tx.send_modify(|n| *n = n.wrapping_add(1));
-            match &ev {
-                Ok(watcher::Event::Apply(b)) => {
-                    bump(&bookings_changed);
-                    // A changed slot can change other bookings' arbitration.
-                    if b.metadata.generation.unwrap_or(1) > 1 {
-                        bump(&bookings_removed);
-                    }
-                }
-                Ok(watcher::Event::Delete(_)) => {
-                    bump(&bookings_changed);
-                    bump(&bookings_removed);
-                }
+            let change = match &ev {
+                Ok(watcher::Event::Apply(b)) => index.apply(b),
+                Ok(watcher::Event::Delete(b)) => index.delete(b),
                 Ok(watcher::Event::InitDone) => {
-                    bump(&bookings_changed);
-                    bump(&bookings_removed);
+                    let all = store.state();
+                    index.rebuild(all.iter().map(|b| b.as_ref()))
                 }
-                Ok(_) => {}
-                Err(e) => tracing::warn!(error = %e, "booking watch error; retrying"),
+                Ok(_) => Change::default(),
+                Err(e) => {
+                    tracing::warn!(error = %e, "booking watch error; retrying");
+                    Change::default()
+                }
+            };
+            send_change(change);
+            futures::future::ready(())
+        })
+    };
+    let resources_feed = {
+        let index = index.clone();
+        let booking_triggers = booking_triggers.clone();
+        kube::runtime::reflector(
+            resources_writer,
+            watcher(resources_api.clone(), wc.clone())
+                .default_backoff()
+                .modify(strip_cached),
+        )
+        .for_each(move |ev| {
+            // A Resource that appears, changes or goes away changes its bookings' conditions.
+            let resources = match &ev {
+                Ok(watcher::Event::Apply(r) | watcher::Event::Delete(r)) => {
+                    vec![ObjectRef::from_obj(r)]
+                }
+                Ok(watcher::Event::InitDone) => index.resources(),
+                Ok(_) => Vec::new(),
+                Err(e) => {
+                    tracing::warn!(error = %e, "resource watch error; retrying");
+                    Vec::new()
+                }
+            };
+            for r in &resources {
+                for b in index.of_resource(r) {
+                    let _ = booking_triggers.unbounded_send(b);
+                }
             }
             futures::future::ready(())
-        }),
-    );
+        })
+    };
+    // The feeds end with the process; the controllers' graceful shutdown stops them first.
+    tokio::spawn(bookings_feed);
+    tokio::spawn(resources_feed);
 
     let ctx = Arc::new(Context {
         client: client.clone(),
@@ -233,6 +305,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         keys,
         default_region,
         bookings: bookings_store.clone(),
+        index,
         resources: resources_store.clone(),
         attempts: Mutex::new(BTreeMap::new()),
         targeted: Mutex::new(BTreeMap::new()),
@@ -250,22 +323,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     });
 
     let stop = || shutdown_future(shutdown_rx.clone());
-    let of_resource = {
-        let store = bookings_store.clone();
-        move |r: Resource| -> Vec<ObjectRef<Booking>> {
-            let ns = r.namespace();
-            let name = r.name_any();
-            store
-                .state()
-                .iter()
-                .filter(|o| o.namespace() == ns && o.spec.resource_name == name)
-                .map(|o| ObjectRef::from_obj(o.as_ref()))
-                .collect()
-        }
-    };
-    let bookings = booking_ctrl
-        .watches(resources_api.clone(), wc.clone(), of_resource)
-        .reconcile_all_on(ticks(bookings_removed_rx))
+    let bookings = Controller::for_shared_stream(booking_events, bookings_store.clone())
+        .with_config(controller_config.clone())
+        .reconcile_on(booking_triggers_rx)
         .graceful_shutdown_on(stop())
         .run(
             reconcile::booking::reconcile,
@@ -273,8 +333,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             ctx.clone(),
         )
         .for_each(|_| async {});
-    let resources = resource_ctrl
-        .reconcile_all_on(ticks(bookings_changed_rx))
+    let resources = Controller::for_shared_stream(resource_events, resources_store)
+        .with_config(controller_config.clone())
+        .reconcile_on(resource_triggers_rx)
         .reconcile_all_on(ticks(inventory.subscribe()))
         .graceful_shutdown_on(stop())
         .run(
@@ -283,7 +344,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             ctx.clone(),
         )
         .for_each(|_| async {});
-    let monitors = monitor_ctrl
+    let monitors = Controller::new(monitors_api, wc.clone())
+        .with_config(controller_config.clone())
         .reconcile_all_on(ticks(inventory.subscribe_scans()))
         .graceful_shutdown_on(stop())
         .run(
@@ -292,7 +354,6 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             ctx.clone(),
         )
         .for_each(|_| async {});
-
     // Schedulers and notifications run as controllers of their own, so that neither a slow
     // SMTP server nor a scheduler can delay a group's start or stop.
     let clock: reconcile::scheduler::Clock = Arc::new(Utc::now);
@@ -306,7 +367,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         )
     };
     let schedulers = reconcile::scheduler::run(
-        api::<BookingScheduler>(&client, &ns),
+        Controller::new(api::<BookingScheduler>(&client, &ns), wc.clone())
+            .with_config(controller_config.clone()),
         Arc::new(reconcile::scheduler::SchedulerContext {
             client: client.clone(),
             recorder: recorder(),
@@ -315,7 +377,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         stop(),
     );
     let notifications = reconcile::notification::run(
-        bookings_api_for_notifications,
+        Controller::for_shared_stream(notification_events, bookings_store)
+            .with_config(controller_config.clone()),
         Arc::new(reconcile::notification::NotificationReconcilerContext {
             client: client.clone(),
             recorder: recorder(),

@@ -28,6 +28,7 @@ pub async fn reconcile(b: Arc<Booking>, ctx: Arc<Context>) -> Result<Action> {
     {
         return Ok(Action::await_change());
     }
+    ctx.caches_ready().await?;
     let now = Utc::now();
     // The cache may not hold this very version yet: use the object given.
     let mut views: Vec<_> = ctx
@@ -174,13 +175,6 @@ pub async fn reconcile(b: Arc<Booking>, ctx: Arc<Context>) -> Result<Action> {
             .await;
         }
     }
-    let active = ctx
-        .bookings
-        .state()
-        .iter()
-        .filter(|x| x.status.as_ref().and_then(|s| s.status) == Some(BookingPhase::InProgress))
-        .count();
-    ctx.metrics.set_active_bookings(active as i64);
 
     Ok(match verdict.next_boundary {
         Some(at) => Action::requeue((at - Utc::now()).to_std().unwrap_or_default()),

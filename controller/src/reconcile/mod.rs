@@ -15,7 +15,7 @@ use chrono::{DateTime, Utc};
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::events::{Event, EventType, Recorder};
-use kube::runtime::reflector::Store;
+use kube::runtime::reflector::{ObjectRef, Store};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -23,6 +23,7 @@ use crate::arbitration::BookingView;
 use crate::aws::executor::Executor;
 use crate::aws::inventory::Inventory;
 use crate::error::{Error, Result};
+use crate::index::BookingIndex;
 use crate::metrics::Metrics;
 use crate::plan::{Attempt, Backoff};
 use crate::tags::TagKeys;
@@ -39,8 +40,11 @@ pub struct Context {
     pub keys: TagKeys,
     /// Region of Resources without `spec.region`.
     pub default_region: String,
-    /// All Bookings in scope (the Booking controller's cache).
+    /// All Bookings in scope (the one cache shared by the Booking and notification
+    /// controllers).
     pub bookings: Store<Booking>,
+    /// The Bookings of each Resource, kept beside `bookings`.
+    pub index: Arc<BookingIndex>,
     /// All Resources in scope (the Resource controller's cache).
     pub resources: Store<Resource>,
     /// Last action per member ID.
@@ -58,13 +62,22 @@ pub struct Context {
 }
 
 impl Context {
+    /// Waits until the Booking and Resource caches (and the index of bookings) hold their
+    /// first full list: until then an empty cache would read as "no bookings" and stop a group
+    /// that is booked. Returns at once afterwards.
+    pub async fn caches_ready(&self) -> Result<()> {
+        self.index.wait_ready().await;
+        self.resources.wait_until_ready().await?;
+        Ok(())
+    }
+
     /// The views of the Bookings of Resource `name` in `namespace`, for arbitration.
     pub fn booking_views(&self, namespace: &str, name: &str) -> Vec<BookingView> {
-        self.bookings
-            .state()
+        self.index
+            .of_resource(&ObjectRef::new(name).within(namespace))
             .iter()
-            .filter(|b| b.namespace().as_deref() == Some(namespace) && b.spec.resource_name == name)
-            .map(|b| view_of(b))
+            .filter_map(|key| self.bookings.get(key))
+            .map(|b| view_of(&b))
             .collect()
     }
 

@@ -34,7 +34,6 @@ use kube::{
         Controller,
         controller::Action,
         events::{Event, EventType, Recorder},
-        watcher,
     },
 };
 
@@ -69,13 +68,13 @@ pub enum NotificationReconcileError {
     Kube(#[from] kube::Error),
 }
 
-/// Runs the notification controller over `api` until `shutdown` resolves.
+/// Runs the notification controller `controller` (over Bookings) until `shutdown` resolves.
 pub async fn run(
-    api: Api<Booking>,
+    controller: Controller<Booking>,
     ctx: Arc<NotificationReconcilerContext>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
-    Controller::new(api, watcher::Config::default())
+    controller
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)
         .for_each(|_| async {})

@@ -89,6 +89,7 @@ pub async fn reconcile(res: Arc<Resource>, ctx: Arc<Context>) -> Result<Action> 
         tracing::warn!(error = %e, "first inventory refresh failed");
     }
 
+    ctx.caches_ready().await?;
     let now = Utc::now();
     let views = ctx.booking_views(&ns, &name);
     let verdicts = arbitrate(&views, now);

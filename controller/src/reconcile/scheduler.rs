@@ -23,7 +23,6 @@ use kube::{
         Controller,
         controller::Action,
         events::{Event, EventType, Recorder},
-        watcher,
     },
 };
 use sha2::{Digest, Sha256};
@@ -54,13 +53,14 @@ pub enum SchedulerError {
     Malformed(String),
 }
 
-/// Runs the scheduler controller over `api` until `shutdown` resolves.
+/// Runs the scheduler controller `controller` (over BookingSchedulers) until `shutdown`
+/// resolves.
 pub async fn run(
-    api: Api<BookingScheduler>,
+    controller: Controller<BookingScheduler>,
     ctx: Arc<SchedulerContext>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
-    Controller::new(api, watcher::Config::default())
+    controller
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)
         .for_each(|r| async move {

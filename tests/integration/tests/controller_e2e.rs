@@ -24,7 +24,7 @@ use k8s_openapi::api::core::v1::Event;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::ResourceExt as _;
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams};
-use kube_test_server::{Options, TestServer};
+use kube_test_server::{FaultRule, Options, TestServer};
 
 const NS: &str = "default";
 const OTHER_REGION: &str = "us-west-2";
@@ -861,7 +861,54 @@ async fn two_replicas_never_both_act_and_fail_over_in_seconds() {
         .unwrap();
     assert_eq!(spec.holder_identity.as_deref(), Some("replica-b"));
     assert!(spec.lease_transitions.unwrap_or(0) >= 1);
+
+    // A restart during a booking never stops the booked group: a new leader reconciles only
+    // once its caches hold the bookings, so it never reads "no bookings" from an empty cache.
+    // Its first lists of Bookings fail, so its Resources are listed seconds before them.
+    e.moto.start_recording().await.unwrap();
+    e.moto.clear_recording().await.unwrap();
     b.stop().expect("stop");
+    e.server.controls().fail_requests(FaultRule {
+        path_contains: "/bookings".into(),
+        method: Some("GET".into()),
+        count: 3,
+        code: 500,
+        message: Some("injected: bookings not listed yet".into()),
+    });
+    let mut c = start_controller(&e, ports[0], "replica-c", &[]);
+    c.wait_ready(
+        &Readiness::Http(format!("http://{}/readyz", admins[0])),
+        Duration::from_secs(30),
+    )
+    .await
+    .expect("a new replica leads");
+    wait_for(
+        "the new leader refreshes its inventory",
+        Duration::from_secs(15),
+        || async {
+            match metric(
+                &admins[0],
+                "booking_controller_inventory_refresh_seconds_count",
+                &[],
+            )
+            .await
+            {
+                n if n >= 2.0 => Ok(()),
+                n => Err(format!("{n} refreshes")),
+            }
+        },
+    )
+    .await;
+    let calls = e.moto.action_counts().await.unwrap();
+    assert_eq!(
+        calls.get(Service::Ec2, "StopInstances"),
+        0,
+        "no stop across the restart: {calls:?}"
+    );
+    all_in_state(&home, &ids, "running")
+        .await
+        .expect("the booked group still runs");
+    c.stop().expect("stop");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
