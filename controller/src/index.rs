@@ -15,13 +15,15 @@ use booking_shared::api::{Booking, BookingPhase, Resource};
 use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 
-/// What a booking holds in the index: the Resource it names and what arbitration reads.
-#[derive(Clone, Debug, PartialEq, Eq)]
+use crate::arbitration::BookingView;
+use crate::reconcile::view_of;
+
+/// What a booking holds in the index: the Resource it names and its arbitration view (parsed
+/// once per change of the booking, not once per reconcile).
+#[derive(Clone, Debug, PartialEq)]
 struct Entry {
     resource: ObjectRef<Resource>,
-    /// `spec.start_at`, `spec.end_at` and whether deletion has begun: what arbitration between
-    /// the bookings of one Resource depends on (besides the never-changing creation time).
-    slot: (String, String, bool),
+    view: BookingView,
     in_progress: bool,
 }
 
@@ -30,14 +32,16 @@ impl Entry {
         let ns = b.namespace()?;
         let entry = Entry {
             resource: ObjectRef::new(&b.spec.resource_name).within(&ns),
-            slot: (
-                b.spec.start_at.clone(),
-                b.spec.end_at.clone(),
-                b.metadata.deletion_timestamp.is_some(),
-            ),
+            view: view_of(b),
             in_progress: b.status.as_ref().and_then(|s| s.status) == Some(BookingPhase::InProgress),
         };
         Some((ObjectRef::from_obj(b), entry))
+    }
+
+    /// Whether arbitration between the bookings of one Resource may decide differently with
+    /// `other` in place of `self` (creation times never change).
+    fn arbitrates_like(&self, other: &Entry) -> bool {
+        self.view.slot == other.view.slot && self.view.deleting == other.view.deleting
     }
 }
 
@@ -131,7 +135,7 @@ impl BookingIndex {
                 change.resources.insert(old.resource.clone());
                 change.rearbitrate.insert(old.resource);
                 change.rearbitrate.insert(now.resource);
-            } else if old.slot != now.slot {
+            } else if !old.arbitrates_like(&now) {
                 change.rearbitrate.insert(now.resource);
             }
         }
@@ -185,6 +189,21 @@ impl BookingIndex {
             .unwrap_or_default()
     }
 
+    /// The arbitration views of the bookings naming Resource `resource`.
+    pub fn views_of(&self, resource: &ObjectRef<Resource>) -> Vec<BookingView> {
+        let inner = self.read();
+        inner
+            .by_resource
+            .get(resource)
+            .map(|keys| {
+                keys.iter()
+                    .filter_map(|k| inner.bookings.get(k))
+                    .map(|e| e.view.clone())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
     /// Every Resource named by at least one booking.
     pub fn resources(&self) -> Vec<ObjectRef<Resource>> {
         self.read().by_resource.keys().cloned().collect()
@@ -212,6 +231,10 @@ mod tests {
     use booking_shared::api::{BookingSpec, BookingStatus};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
+    const S: &str = "2031-01-10T10:00:00Z";
+    const E: &str = "2031-01-10T11:00:00Z";
+    const LATER: &str = "2031-01-10T12:00:00Z";
+
     fn booking(name: &str, resource: &str, start: &str, end: &str) -> Booking {
         let mut b = Booking::new(
             name,
@@ -237,20 +260,24 @@ mod tests {
     #[test]
     fn a_new_booking_concerns_its_resource_only() {
         let idx = BookingIndex::default();
-        let c = idx.apply(&booking("a", "r1", "s", "e"));
+        let c = idx.apply(&booking("a", "r1", S, E));
         assert_eq!(c.resources, set(&["r1"]));
         assert!(c.rearbitrate.is_empty());
-        idx.apply(&booking("b", "r2", "s", "e"));
+        idx.apply(&booking("b", "r2", S, E));
         assert_eq!(idx.of_resource(&res("r1")).len(), 1);
         assert_eq!(idx.of_resource(&res("r2"))[0].name, "b");
         assert!(idx.of_resource(&res("r3")).is_empty());
+        let views = idx.views_of(&res("r1"));
+        assert_eq!(views.len(), 1);
+        assert_eq!(views[0].name, "a");
+        assert!(views[0].slot.is_ok());
         assert_eq!(idx.len(), 2);
     }
 
     #[test]
     fn a_status_change_does_not_rearbitrate_but_a_slot_change_does() {
         let idx = BookingIndex::default();
-        let mut b = booking("a", "r1", "s", "e");
+        let mut b = booking("a", "r1", S, E);
         idx.apply(&b);
         b.status = Some(BookingStatus {
             status: Some(BookingPhase::InProgress),
@@ -260,7 +287,7 @@ mod tests {
         assert_eq!(c.resources, set(&["r1"]));
         assert!(c.rearbitrate.is_empty());
         assert_eq!(idx.in_progress(), 1);
-        b.spec.end_at = "later".into();
+        b.spec.end_at = LATER.into();
         assert_eq!(idx.apply(&b).rearbitrate, set(&["r1"]));
         b.metadata.deletion_timestamp = Some(Time(Default::default()));
         assert_eq!(idx.apply(&b).rearbitrate, set(&["r1"]));
@@ -270,7 +297,7 @@ mod tests {
     #[test]
     fn moving_a_booking_concerns_both_resources() {
         let idx = BookingIndex::default();
-        let mut b = booking("a", "r1", "s", "e");
+        let mut b = booking("a", "r1", S, E);
         idx.apply(&b);
         b.spec.resource_name = "r2".into();
         let c = idx.apply(&b);
@@ -283,13 +310,13 @@ mod tests {
     #[test]
     fn delete_and_rebuild() {
         let idx = BookingIndex::default();
-        let mut a = booking("a", "r1", "s", "e");
+        let mut a = booking("a", "r1", S, E);
         a.status = Some(BookingStatus {
             status: Some(BookingPhase::InProgress),
             ..Default::default()
         });
         idx.apply(&a);
-        idx.apply(&booking("b", "r2", "s", "e"));
+        idx.apply(&booking("b", "r2", S, E));
         let c = idx.delete(&a);
         assert_eq!(c.resources, set(&["r1"]));
         assert_eq!(c.rearbitrate, set(&["r1"]));
@@ -297,7 +324,7 @@ mod tests {
         // Deleting what is not there concerns nothing.
         assert_eq!(idx.delete(&a), Change::default());
         assert!(!*idx.ready.borrow());
-        let c = idx.rebuild([&booking("c", "r3", "s", "e")]);
+        let c = idx.rebuild([&booking("c", "r3", S, E)]);
         assert!(*idx.ready.borrow());
         assert_eq!(c.resources, set(&["r2", "r3"]));
         assert_eq!(c.rearbitrate, set(&["r2", "r3"]));

@@ -74,11 +74,7 @@ impl Context {
     /// The views of the Bookings of Resource `name` in `namespace`, for arbitration.
     pub fn booking_views(&self, namespace: &str, name: &str) -> Vec<BookingView> {
         self.index
-            .of_resource(&ObjectRef::new(name).within(namespace))
-            .iter()
-            .filter_map(|key| self.bookings.get(key))
-            .map(|b| view_of(&b))
-            .collect()
+            .views_of(&ObjectRef::new(name).within(namespace))
     }
 
     /// Publishes an Event about `obj`; a failure to publish is logged (the action it reports

@@ -50,3 +50,47 @@ pub fn rss_mib(pid: u32) -> anyhow::Result<f64> {
 pub fn rss_peak_mib(pid: u32) -> anyhow::Result<f64> {
     status_mib(pid, "VmHWM")
 }
+
+/// CPU time (user + system) `pid` has used, in seconds, from `/proc/<pid>/stat` (fields 14 and
+/// 15, in clock ticks of 1/100 s, the `USER_HZ` every Linux ABI uses).
+pub fn cpu_seconds(pid: u32) -> anyhow::Result<f64> {
+    let path = format!("/proc/{pid}/stat");
+    let text = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
+    // The command name (field 2) may hold spaces; the fields after its closing parenthesis
+    // start with field 3.
+    let rest = text
+        .rsplit_once(')')
+        .map(|(_, r)| r)
+        .with_context(|| format!("no command name in {path}"))?;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| -> anyhow::Result<f64> {
+        fields
+            .get(i - 3)
+            .with_context(|| format!("field {i} missing in {path}"))?
+            .parse::<f64>()
+            .with_context(|| format!("field {i} of {path}"))
+    };
+    Ok((ticks(14)? + ticks(15)?) / 100.0)
+}
+
+/// Waits until `pid` uses less than `busy` of one CPU over a whole `window`, or `limit` passes.
+/// Returns how long it took, or `None` when it was still busy at the limit.
+pub async fn wait_idle(
+    pid: u32,
+    busy: f64,
+    window: std::time::Duration,
+    limit: std::time::Duration,
+) -> anyhow::Result<Option<std::time::Duration>> {
+    let t0 = std::time::Instant::now();
+    loop {
+        let before = cpu_seconds(pid)?;
+        tokio::time::sleep(window).await;
+        let used = cpu_seconds(pid)? - before;
+        if used < busy * window.as_secs_f64() {
+            return Ok(Some(t0.elapsed()));
+        }
+        if t0.elapsed() >= limit {
+            return Ok(None);
+        }
+    }
+}
