@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use tokio::sync::{Notify, watch};
 
-use super::{AwsResult, Ec2Api, Ec2Filter, RdsApi};
+use super::{AwsResult, Ec2Api, Ec2Filter, MAX_FILTER_VALUES, RdsApi};
 use crate::metrics::Metrics;
 use crate::model::{InventoryKey, Kind, Member};
 use crate::tags::{Key, TagKeys};
@@ -71,7 +71,13 @@ pub struct Inventory {
     rds: Arc<dyn RdsApi>,
     keys: TagKeys,
     metrics: Metrics,
-    snapshots: RwLock<HashMap<InventoryKey, Snapshot>>,
+    /// Shared with readers: a reconcile takes an `Arc`, never a copy of every member.
+    snapshots: RwLock<HashMap<InventoryKey, Arc<Snapshot>>>,
+    /// Groups waiting for a targeted refresh, per inventory.
+    pending_groups: Mutex<HashMap<InventoryKey, BTreeSet<String>>>,
+    /// One targeted refresh at a time per inventory: the groups asked for meanwhile join the
+    /// next one (one DescribeInstances for up to [`MAX_FILTER_VALUES`] groups).
+    group_locks: Mutex<HashMap<InventoryKey, Arc<tokio::sync::Mutex<()>>>>,
     wanted: Mutex<BTreeSet<InventoryKey>>,
     refresh_now: Notify,
     changed: watch::Sender<u64>,
@@ -93,6 +99,8 @@ impl Inventory {
             keys,
             metrics,
             snapshots: RwLock::default(),
+            pending_groups: Mutex::default(),
+            group_locks: Mutex::default(),
             wanted: Mutex::default(),
             refresh_now: Notify::new(),
             changed: watch::channel(0).0,
@@ -120,7 +128,7 @@ impl Inventory {
     }
 
     /// The current snapshot of `key`, if one was ever taken.
-    pub fn snapshot(&self, key: &InventoryKey) -> Option<Snapshot> {
+    pub fn snapshot(&self, key: &InventoryKey) -> Option<Arc<Snapshot>> {
         self.snapshots
             .read()
             .unwrap_or_else(|p| p.into_inner())
@@ -211,23 +219,25 @@ impl Inventory {
                     changed = old.is_none_or(|o| &o.members != members || !o.complete);
                     snaps.insert(
                         key.clone(),
-                        Snapshot {
+                        Arc::new(Snapshot {
                             members: members.clone(),
                             observed_at: began,
                             complete: true,
                             error: None,
                             group_observed_at: BTreeMap::new(),
-                        },
+                        }),
                     );
                 }
                 Err(e) => {
-                    let snap = snaps.entry(key.clone()).or_insert_with(|| Snapshot {
-                        members: Vec::new(),
-                        observed_at: began,
-                        complete: false,
-                        error: None,
-                        group_observed_at: BTreeMap::new(),
-                    });
+                    let snap = Arc::make_mut(snaps.entry(key.clone()).or_insert_with(|| {
+                        Arc::new(Snapshot {
+                            members: Vec::new(),
+                            observed_at: began,
+                            complete: false,
+                            error: None,
+                            group_observed_at: BTreeMap::new(),
+                        })
+                    }));
                     changed = snap.complete || snap.error.is_none();
                     snap.complete = false;
                     snap.error = Some(e.to_string());
@@ -243,40 +253,89 @@ impl Inventory {
 
     /// A targeted refresh of one group: for EC2 one DescribeInstances filtered on the tag value;
     /// for RDS (whose listing cannot filter on tags) a full refresh of the region.
+    ///
+    /// Concurrent callers share calls: one targeted refresh runs at a time per inventory, and
+    /// the groups asked for while it runs are refreshed together by the next one (up to
+    /// [`MAX_FILTER_VALUES`] per call). A caller whose group was observed by a listing that
+    /// began after it asked returns at once. So 1,000 Resources created together cost a
+    /// handful of calls, not 1,000.
     pub async fn refresh_group(&self, key: &InventoryKey, tag: &str) -> AwsResult<()> {
         if key.kind == Kind::Rds || self.snapshot(key).is_none() {
             return self.refresh(key).await;
         }
+        let asked = Utc::now();
+        self.pending_groups
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(key.clone())
+            .or_default()
+            .insert(tag.to_owned());
+        let lock = self
+            .group_locks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(key.clone())
+            .or_default()
+            .clone();
+        let _one_at_a_time = lock.lock().await;
+        if self
+            .snapshot(key)
+            .is_some_and(|s| s.observed_at(tag) >= asked)
+        {
+            return Ok(());
+        }
+        // This caller's group, then as many waiting ones as one call can filter on. A group
+        // taken by a call that failed is asked for again by its own caller.
+        let batch: BTreeSet<String> = {
+            let mut pending = self
+                .pending_groups
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            let waiting = pending.entry(key.clone()).or_default();
+            waiting.remove(tag);
+            let mut batch = BTreeSet::from([tag.to_owned()]);
+            while batch.len() < MAX_FILTER_VALUES {
+                let Some(next) = waiting.pop_first() else {
+                    break;
+                };
+                batch.insert(next);
+            }
+            batch
+        };
         let began = Utc::now();
-        let filter = Ec2Filter::TagValue(tag.to_owned());
+        let filter = Ec2Filter::TagValues(batch.iter().cloned().collect());
+        let in_batch = |m: &Member| m.application(&self.keys).is_some_and(|a| batch.contains(a));
         let fresh: Vec<Member> = self
             .list_all(key, Some(&filter))
             .await?
             .into_iter()
-            .filter(|m| m.application(&self.keys) == Some(tag))
+            .filter(|m| in_batch(m))
             .collect();
         let changed = {
             let mut snaps = self.snapshots.write().unwrap_or_else(|p| p.into_inner());
             let Some(snap) = snaps.get_mut(key) else {
                 return Ok(());
             };
-            let mut members: Vec<Member> = snap
-                .members
-                .iter()
-                .filter(|m| m.application(&self.keys) != Some(tag))
-                .cloned()
-                .collect();
+            let snap = Arc::make_mut(snap);
             let before: BTreeMap<&str, &Member> = snap
                 .members
                 .iter()
-                .filter(|m| m.application(&self.keys) == Some(tag))
+                .filter(|m| in_batch(m))
                 .map(|m| (m.id.as_str(), m))
                 .collect();
             let after: BTreeMap<&str, &Member> = fresh.iter().map(|m| (m.id.as_str(), m)).collect();
             let changed = before != after;
+            let mut members: Vec<Member> = snap
+                .members
+                .iter()
+                .filter(|m| !in_batch(m))
+                .cloned()
+                .collect();
             members.extend(fresh.iter().cloned());
             snap.members = members;
-            snap.group_observed_at.insert(tag.to_owned(), began);
+            for tag in &batch {
+                snap.group_observed_at.insert(tag.clone(), began);
+            }
             changed
         };
         if changed {

@@ -70,10 +70,15 @@ pub enum Ec2Filter {
     /// Instances carrying any of these tag keys (the managed key in both forms): one filter
     /// `tag-key` whose values are ORed by AWS.
     TagKeys(Vec<String>),
-    /// Instances carrying a tag with this value (a targeted refresh of one group; the key form
-    /// is checked locally so one call covers both key forms).
-    TagValue(String),
+    /// Instances carrying a tag with any of these values (a targeted refresh of some groups;
+    /// the key form is checked locally so one call covers both key forms). At most
+    /// [`MAX_FILTER_VALUES`] values.
+    TagValues(Vec<String>),
 }
+
+/// Most filter values EC2 accepts in one DescribeInstances call ("The maximum number of filter
+/// values specified on a single call is 200", `FilterLimitExceeded`).
+pub const MAX_FILTER_VALUES: usize = 200;
 
 /// One page of a listing and the token of the next page.
 pub type Page = (Vec<Member>, Option<String>);

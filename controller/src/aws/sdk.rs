@@ -156,7 +156,10 @@ impl Ec2Api for SdkClients {
                     .name("tag-key")
                     .set_values(Some(keys.clone()))
                     .build(),
-                Ec2Filter::TagValue(v) => Filter::builder().name("tag-value").values(v).build(),
+                Ec2Filter::TagValues(v) => Filter::builder()
+                    .name("tag-value")
+                    .set_values(Some(v.clone()))
+                    .build(),
             };
             let out = self
                 .ec2(region)

@@ -145,7 +145,13 @@ pub async fn reconcile(b: Arc<Booking>, ctx: Arc<Context>) -> Result<Action> {
             map.remove("notificationsSent");
         }
         patch_status(&api, &name, &body, &["status"]).await?;
-        if old.status != status.status {
+        // Every change of phase is an Event, except a new booking's first phase SCHEDULED:
+        // that is the common case, its status says so, and thousands of bookings created
+        // together (a GitOps sync, a scheduler's history) would each cost an Event write and
+        // a place in the event recorder's cache.
+        let first_scheduled =
+            old.observed_generation.is_none() && status.status == Some(BookingPhase::Scheduled);
+        if old.status != status.status && !first_scheduled {
             let (warning, ev_reason) = match status.status {
                 Some(BookingPhase::Conflict) => (true, "Conflict"),
                 Some(BookingPhase::InProgress) => (false, "Started"),

@@ -73,8 +73,7 @@ impl Context {
 
     /// The views of the Bookings of Resource `name` in `namespace`, for arbitration.
     pub fn booking_views(&self, namespace: &str, name: &str) -> Vec<BookingView> {
-        self.index
-            .views_of(&ObjectRef::new(name).within(namespace))
+        self.index.views_of(&ObjectRef::new(name).within(namespace))
     }
 
     /// Publishes an Event about `obj`; a failure to publish is logged (the action it reports

@@ -257,6 +257,41 @@ async fn targeted_refresh_sees_a_freshly_tagged_group_with_one_call() {
     let snap = s.inventory.snapshot(&k).unwrap();
     assert_eq!(snap.group(&keys, "fresh").len(), fresh.len());
     assert_eq!(snap.group(&keys, "old").len(), 2, "other groups are kept");
+
+    // Many groups asked for at once (Resources created together) share their calls: the
+    // first call takes one group, the next takes every group that waited meanwhile.
+    let tags: Vec<String> = (0..12).map(|i| format!("new-{i}")).collect();
+    for tag in &tags {
+        moto::seed_ec2_instances(
+            &home,
+            1,
+            &[
+                ("resource-booking/managed", "true"),
+                ("resource-booking/application", tag.as_str()),
+            ],
+        )
+        .await
+        .unwrap();
+    }
+    s.moto.clear_recording().await.unwrap();
+    let results = futures::future::join_all(
+        tags.iter()
+            .map(|tag| s.inventory.refresh_group(&k, tag.as_str())),
+    )
+    .await;
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+    let counts = s.moto.action_counts().await.unwrap();
+    let describes = counts.get(Service::Ec2, "DescribeInstances");
+    assert!(
+        (1..=2).contains(&describes) && counts.total() == describes,
+        "12 groups refreshed together in at most two calls: {counts:?}"
+    );
+    let snap = s.inventory.snapshot(&k).unwrap();
+    for tag in &tags {
+        assert_eq!(snap.group(&keys, tag).len(), 1, "group {tag}");
+    }
+    assert_eq!(snap.group(&keys, "fresh").len(), fresh.len());
+    assert_eq!(snap.group(&keys, "old").len(), 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -788,7 +788,10 @@ mod controller {
         .await?;
         match settled {
             Some(took) => {
-                eprintln!("controller: idle {:.1}s after the creation", took.as_secs_f64());
+                eprintln!(
+                    "controller: idle {:.1}s after the creation",
+                    took.as_secs_f64()
+                );
                 results.insert(
                     "controller_settle_seconds_10k_bookings".into(),
                     round3(took.as_secs_f64()),
