@@ -36,10 +36,11 @@ pub struct KubeArgs {
     /// Namespace to watch; all namespaces when empty.
     #[arg(long, env = "NAMESPACE", default_value = "")]
     pub namespace: String,
-    /// Reconciles run at once per controller (Resources, Bookings, ResourceMonitors,
-    /// BookingSchedulers, notifications); more wait in the controller's queue. Bounds the
-    /// Kubernetes API requests in flight, and the memory they hold, when thousands of objects
-    /// change together (e.g. after a relist). 0 means unbounded.
+    /// Reconciles run at once per controller (Bookings, notifications, ResourceMonitors,
+    /// BookingSchedulers); more wait in the controller's queue. Bounds the Kubernetes API
+    /// requests in flight, and the memory they hold, when thousands of objects change together
+    /// (e.g. after a relist). 0 means unbounded. Resource reconciles are never bounded: their
+    /// starts and stops join one batched AWS call per instant.
     #[arg(long, env = "MAX_CONCURRENT_RECONCILES", default_value_t = 32)]
     pub max_concurrent_reconciles: u16,
 }

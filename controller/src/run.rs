@@ -333,8 +333,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             ctx.clone(),
         )
         .for_each(|_| async {});
+    // Resource reconciles are not bounded: a start or stop waits for the executor's batch
+    // window, where the reconciles of every Resource starting together join one call. A
+    // bound would split 1,000 simultaneous starts into 1,000/bound sequential batches.
     let resources = Controller::for_shared_stream(resource_events, resources_store)
-        .with_config(controller_config.clone())
         .reconcile_on(resource_triggers_rx)
         .reconcile_all_on(ticks(inventory.subscribe()))
         .graceful_shutdown_on(stop())

@@ -121,6 +121,11 @@ impl Decision {
     /// The JSON body of the answer. The patch is written as the API server's Go types expect
     /// a `[]byte`: base64 of the JSON patch, with `patchType: JSONPatch`.
     pub fn to_json(&self) -> Vec<u8> {
+        if self.patch.is_none()
+            && let Ok(bytes) = serde_json::to_vec(&self.review)
+        {
+            return bytes;
+        }
         let mut value = serde_json::to_value(&self.review).unwrap_or_else(|e| {
             serde_json::json!({
                 "apiVersion": "admission.k8s.io/v1",
@@ -163,7 +168,29 @@ fn operation_str(op: &Operation) -> &'static str {
 }
 
 /// Judges one AdmissionReview body. Never panics on any input.
+///
+/// A well-formed `/validate` review whose objects read as their typed kind (every review the
+/// API server sends for a valid object) is parsed once, straight into the typed request; any
+/// other input takes [`admit_general`], which says what is wrong with it. Both give the same
+/// answer to the same review.
 pub fn admit(state: &State, endpoint: Endpoint, body: &[u8]) -> Decision {
+    if endpoint == Endpoint::Validate
+        && let Some(decision) = validate_fast(state, body)
+    {
+        return decision;
+    }
+    admit_general(state, endpoint, body)
+}
+
+/// The fast path of `/validate` alone: `None` for any review it leaves to [`admit_general`]
+/// (not v1, not one of our kinds, no object, an object that does not read as its kind).
+pub fn validate_fast(state: &State, body: &[u8]) -> Option<Decision> {
+    fast::validate(state, body)
+}
+
+/// Judges one AdmissionReview body through the general representation (a dynamic object,
+/// then each kind's typed object): slower, but able to name what does not read. Never panics.
+pub fn admit_general(state: &State, endpoint: Endpoint, body: &[u8]) -> Decision {
     let review: AdmissionReview<DynamicObject> = match serde_json::from_slice(body) {
         Ok(r) => r,
         Err(e) => {
@@ -244,10 +271,10 @@ fn validate(
         }
     }
     let now = state.now();
+    let info = RequestInfo::of(req);
     let outcome = match kind {
-        Kind::Booking => {
-            typed::<Booking>(object, "Booking").and_then(|b| validate_booking(state, req, &b, now))
-        }
+        Kind::Booking => typed::<Booking>(object, "Booking")
+            .and_then(|b| validate_booking(state, &info, &b, now)),
         Kind::BookingScheduler => typed::<BookingScheduler>(object, "BookingScheduler")
             .and_then(|s| validation::validate_booking_scheduler(&s.spec, &state.policy, now)),
         Kind::Resource => typed::<Resource>(object, "Resource")
@@ -255,6 +282,31 @@ fn validate(
         Kind::ResourceMonitor => typed::<ResourceMonitor>(object, "ResourceMonitor")
             .and_then(|m| validation::validate_resource_monitor(&m.spec)),
     };
+    answer(req, outcome)
+}
+
+/// What the rules read from a request besides its object.
+struct RequestInfo<'a> {
+    namespace: Option<&'a str>,
+    name: &'a str,
+    dry_run: bool,
+}
+
+impl<'a> RequestInfo<'a> {
+    fn of<K: kube::Resource>(req: &'a AdmissionRequest<K>) -> Self {
+        Self {
+            namespace: req.namespace.as_deref(),
+            name: &req.name,
+            dry_run: req.dry_run,
+        }
+    }
+}
+
+/// The response to a request judged by the rules.
+fn answer<K: kube::Resource>(
+    req: &AdmissionRequest<K>,
+    outcome: Outcome,
+) -> (AdmissionResponse, Verdict) {
     match outcome {
         Ok(warnings) => {
             let mut response = AdmissionResponse::from(req);
@@ -277,17 +329,21 @@ fn validate(
 /// slot (real requests only) and the missing-Resource warning.
 fn validate_booking(
     state: &State,
-    req: &AdmissionRequest<DynamicObject>,
+    req: &RequestInfo<'_>,
     b: &Booking,
     now: chrono::DateTime<chrono::Utc>,
 ) -> Outcome {
     let mut warnings = validation::validate_booking(&b.spec, &state.policy, now)?;
     let namespace = req
         .namespace
-        .clone()
+        .map(str::to_owned)
         .or_else(|| b.metadata.namespace.clone())
         .unwrap_or_default();
-    let name = b.metadata.name.clone().unwrap_or_else(|| req.name.clone());
+    let name = b
+        .metadata
+        .name
+        .clone()
+        .unwrap_or_else(|| req.name.to_owned());
     let slot = Slot::of_booking(&b.spec).map_err(|e| {
         Invalid(vec![validation::Violation {
             field: "spec.end_at".to_owned(),
@@ -399,6 +455,119 @@ fn defaulted<K: Serialize + DeserializeOwned + Clone>(
         &serde_json::to_value(&after).ok()?,
     );
     (!patch.0.is_empty()).then_some(patch)
+}
+
+// === fast path ================================================================================
+
+/// `/validate` for a well-formed review, parsed once into the typed request.
+///
+/// kube's `AdmissionReview` flattens its type fields, which makes serde buffer the whole
+/// document before reading it, and the general path then reads the object a second time into
+/// its typed kind. Here a first pass reads only the review's type and the request's kind
+/// (skipping the rest without allocating), and a second reads the whole review straight into
+/// `AdmissionRequest<K>`. Anything that does not read that way returns `None` and is judged by
+/// the general path, which explains what is wrong.
+mod fast {
+    use booking_shared::api::{Booking, BookingScheduler, Resource, ResourceMonitor};
+    use booking_shared::validation::{self, Outcome};
+    use kube::core::{
+        GroupVersionKind, TypeMeta,
+        admission::{AdmissionRequest, AdmissionResponse, Operation},
+        object::HasSpec,
+    };
+    use serde::{Deserialize, de::DeserializeOwned};
+
+    use super::{Decision, Kind, RequestInfo, Verdict, answer, operation_str, validate_booking};
+    use crate::state::State;
+
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Peek {
+        api_version: String,
+        kind: String,
+        request: Option<PeekRequest>,
+    }
+
+    #[derive(Deserialize)]
+    struct PeekRequest {
+        kind: GroupVersionKind,
+    }
+
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    #[serde(bound = "K: DeserializeOwned")]
+    struct Envelope<K: kube::Resource> {
+        api_version: String,
+        kind: String,
+        request: Option<AdmissionRequest<K>>,
+    }
+
+    pub(super) fn validate(state: &State, body: &[u8]) -> Option<Decision> {
+        let peek: Peek = serde_json::from_slice(body).ok()?;
+        if peek.api_version != "admission.k8s.io/v1" || peek.kind != "AdmissionReview" {
+            return None;
+        }
+        match Kind::of(&peek.request?.kind)? {
+            Kind::Booking => judge::<Booking>(state, body, |state, info, b, now| {
+                validate_booking(state, info, b, now)
+            }),
+            Kind::BookingScheduler => judge::<BookingScheduler>(state, body, |state, _, s, now| {
+                validation::validate_booking_scheduler(&s.spec, &state.policy, now)
+            }),
+            Kind::Resource => judge::<Resource>(state, body, |_, _, r, _| {
+                validation::validate_resource(&r.spec)
+            }),
+            Kind::ResourceMonitor => judge::<ResourceMonitor>(state, body, |_, _, m, _| {
+                validation::validate_resource_monitor(&m.spec)
+            }),
+        }
+    }
+
+    fn judge<K>(
+        state: &State,
+        body: &[u8],
+        rules: impl FnOnce(&State, &RequestInfo<'_>, &K, chrono::DateTime<chrono::Utc>) -> Outcome,
+    ) -> Option<Decision>
+    where
+        K: kube::Resource + DeserializeOwned + HasSpec,
+        K::Spec: PartialEq,
+    {
+        let envelope: Envelope<K> = serde_json::from_slice(body).ok()?;
+        let mut req = envelope.request?;
+        req.types = TypeMeta {
+            api_version: envelope.api_version,
+            kind: envelope.kind,
+        };
+        let always_allowed = !matches!(req.operation, Operation::Create | Operation::Update)
+            || req.sub_resource.is_some();
+        let (response, verdict) = if always_allowed {
+            (AdmissionResponse::from(&req), Verdict::Allowed)
+        } else {
+            // A review without its object is an error the general path words.
+            let object = req.object.as_ref()?;
+            let unchanged = req.operation == Operation::Update
+                && (req
+                    .old_object
+                    .as_ref()
+                    .is_some_and(|old| old.spec() == object.spec())
+                    || object.meta().deletion_timestamp.is_some());
+            if unchanged {
+                (AdmissionResponse::from(&req), Verdict::Allowed)
+            } else {
+                answer(
+                    &req,
+                    rules(state, &RequestInfo::of(&req), object, state.now()),
+                )
+            }
+        };
+        Some(Decision {
+            review: response.into_review(),
+            kind: req.kind.kind.clone(),
+            operation: operation_str(&req.operation),
+            verdict,
+            patch: None,
+        })
+    }
 }
 
 // === helpers ==================================================================================

@@ -209,6 +209,56 @@ fn every_kind_is_validated() {
     assert!(message(&r).contains("start_at"), "{r}");
 }
 
+#[test]
+fn the_fast_path_takes_well_formed_reviews_and_leaves_the_rest_to_the_general_one() {
+    use booking_webhook::admission::{admit_general, validate_fast};
+    let scheduler = json!({"apiVersion": "manager.kotaico.de/v1", "kind": "BookingScheduler",
+        "metadata": {"name": "s", "namespace": "ns"},
+        "spec": {"schedule": "0 * * * *", "duration": 20,
+            "bookingTemplate": {"resource_name": "ec2.analytics", "user_id": "ann"}}});
+    let monitor = json!({"apiVersion": "manager.kotaico.de/v1", "kind": "ResourceMonitor",
+        "metadata": {"name": "m", "namespace": "ns"}, "spec": {"type": "ec2"}});
+    let well_formed = [
+        Req::create(booking("ns", "a", "r", 1, 2, "ann")),
+        Req::create(booking("ns", "late", "r", -3, -2, "ann")),
+        Req::update(
+            booking("ns", "a", "r", 1, 2, "ann"),
+            booking("ns", "a", "r", 1, 3, "ann"),
+        ),
+        Req::create(scheduler),
+        Req::create(resource("ns", "ec2.analytics")),
+        Req::create(monitor),
+    ];
+    for req in &well_formed {
+        let (fast_state, general_state) = (state_with(&[], &[]), state_with(&[], &[]));
+        let fast = validate_fast(&fast_state, &req.body())
+            .unwrap_or_else(|| panic!("the fast path left {}", req.object));
+        let general = admit_general(&general_state, Endpoint::Validate, &req.body());
+        assert_eq!(
+            response_of(&fast.to_json()),
+            response_of(&general.to_json()),
+            "{}",
+            req.object
+        );
+        assert_eq!((fast.kind, fast.verdict), (general.kind, general.verdict));
+    }
+    // What does not read as the typed request is left to the general path, which names it.
+    let mut broken = booking("ns", "x", "r", 1, 2, "ann");
+    broken["spec"]["start_at"] = json!(5);
+    let state = state_with(&[], &[]);
+    assert!(validate_fast(&state, &Req::create(broken).body()).is_none());
+    assert!(validate_fast(&state, b"{}").is_none());
+    let v1beta1 = String::from_utf8(Req::create(booking("ns", "a", "r", 1, 2, "ann")).body())
+        .unwrap()
+        .replace("admission.k8s.io/v1", "admission.k8s.io/v1beta1");
+    assert!(validate_fast(&state, v1beta1.as_bytes()).is_none());
+    let no_object = Req::create(Value::Null);
+    assert!(
+        validate_fast(&state, &no_object.body()).is_none(),
+        "a CREATE without its object is worded by the general path"
+    );
+}
+
 fn patch_ops(r: &Value) -> Vec<Value> {
     let b64 = r["patch"].as_str().expect("a patch");
     assert_eq!(r["patchType"], "JSONPatch");

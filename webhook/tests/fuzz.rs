@@ -3,7 +3,7 @@
 
 mod common;
 
-use booking_webhook::admission::{Endpoint, admit};
+use booking_webhook::admission::{Endpoint, admit, admit_general};
 use common::*;
 use proptest::prelude::*;
 use serde_json::{Value, json};
@@ -20,6 +20,23 @@ fn check_answer(body: &[u8]) {
             "{r}"
         );
     }
+}
+
+/// `/validate` answers `body` the same through [`admit`] (which takes the fast path for
+/// well-formed reviews) and [`admit_general`], each on a state of its own.
+fn check_paths_agree(
+    fast: &booking_webhook::state::State,
+    general: &booking_webhook::state::State,
+    body: &[u8],
+) {
+    let a = admit(fast, Endpoint::Validate, body).to_json();
+    let b = admit_general(general, Endpoint::Validate, body).to_json();
+    assert_eq!(
+        serde_json::from_slice::<Value>(&a).unwrap(),
+        serde_json::from_slice::<Value>(&b).unwrap(),
+        "fast and general paths disagree on {}",
+        String::from_utf8_lossy(body)
+    );
 }
 
 fn any_json() -> impl Strategy<Value = Value> {
@@ -65,6 +82,8 @@ proptest! {
         for endpoint in [Endpoint::Validate, Endpoint::Mutate] {
             check_answer(&admit(&state, endpoint, &req.body()).to_json());
         }
+        let general = state_with(&[booking("ns", "held", "r", 1, 3, "ann")], &[]);
+        check_paths_agree(&state_with(&[booking("ns", "held", "r", 1, 3, "ann")], &[]), &general, &req.body());
     }
 
     #[test]
@@ -93,10 +112,15 @@ proptest! {
         if let Some(l) = labels {
             object["metadata"]["labels"] = json!(l);
         }
+        let (fast, general) = (
+            state_with(&[booking("ns", "held", "r", 1, 3, "ann")], &[]),
+            state_with(&[booking("ns", "held", "r", 1, 3, "ann")], &[]),
+        );
         for req in [Req::create(object.clone()), Req::update(booking("ns", "fuzzed", "r", 1, 2, "ann"), object)] {
             for endpoint in [Endpoint::Validate, Endpoint::Mutate] {
                 check_answer(&admit(&state, endpoint, &req.body()).to_json());
             }
+            check_paths_agree(&fast, &general, &req.body());
         }
     }
 }
