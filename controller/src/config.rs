@@ -39,8 +39,9 @@ pub struct KubeArgs {
     /// Reconciles run at once per controller (Bookings, notifications, ResourceMonitors,
     /// BookingSchedulers); more wait in the controller's queue. Bounds the Kubernetes API
     /// requests in flight, and the memory they hold, when thousands of objects change together
-    /// (e.g. after a relist). 0 means unbounded. Resource reconciles are never bounded: their
-    /// starts and stops join one batched AWS call per instant.
+    /// (e.g. after a relist). 0 means unbounded. Resource reconciles are not bounded, so that
+    /// their starts and stops join one batched AWS call per instant; their status patches and
+    /// Events are, by the same number.
     #[arg(long, env = "MAX_CONCURRENT_RECONCILES", default_value_t = 32)]
     pub max_concurrent_reconciles: u16,
 }

@@ -313,6 +313,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             .unwrap_or(chrono::Duration::seconds(30)),
         backoff: Backoff::default(),
         metrics: metrics.clone(),
+        api_writes: tokio::sync::Semaphore::new(match args.kube.max_concurrent_reconciles {
+            0 => tokio::sync::Semaphore::MAX_PERMITS,
+            n => usize::from(n),
+        }),
         recorder: Recorder::new(
             client.clone(),
             Reporter {
@@ -335,7 +339,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         .for_each(|_| async {});
     // Resource reconciles are not bounded: a start or stop waits for the executor's batch
     // window, where the reconciles of every Resource starting together join one call. A
-    // bound would split 1,000 simultaneous starts into 1,000/bound sequential batches.
+    // bound would split 1,000 simultaneous starts into 1,000/bound sequential batches. Their
+    // Kubernetes API writes are bounded instead (`Context::api_writes`).
     let resources = Controller::for_shared_stream(resource_events, resources_store)
         .reconcile_on(resource_triggers_rx)
         .reconcile_all_on(ticks(inventory.subscribe()))

@@ -59,9 +59,19 @@ pub struct Context {
     pub metrics: Metrics,
     /// Event recorder.
     pub recorder: Recorder,
+    /// Bounds the Kubernetes API writes (status patches, Events) of reconciles that are not
+    /// bounded themselves (Resources), so that 1,000 Resources acting together open tens of
+    /// connections to the API server, not 1,000.
+    pub api_writes: tokio::sync::Semaphore,
 }
 
 impl Context {
+    /// Waits for a turn to write to the Kubernetes API; see [`Context::api_writes`].
+    pub async fn api_write_permit(&self) -> Option<tokio::sync::SemaphorePermit<'_>> {
+        // The semaphore is never closed; a closed one would only lift the bound.
+        self.api_writes.acquire().await.ok()
+    }
+
     /// Waits until the Booking and Resource caches (and the index of bookings) hold their
     /// first full list: until then an empty cache would read as "no bookings" and stop a group
     /// that is booked. Returns at once afterwards.
@@ -93,6 +103,7 @@ impl Context {
             action: action.to_owned(),
             secondary: None,
         };
+        let _turn = self.api_write_permit().await;
         if let Err(e) = self.recorder.publish(&ev, &obj.object_ref(&())).await {
             tracing::warn!(error = %e, reason, "could not publish event");
         }

@@ -71,6 +71,7 @@ pub async fn reconcile(res: Arc<Resource>, ctx: Arc<Context>) -> Result<Action> 
             ..Default::default()
         };
         if res.status.as_ref() != Some(&status) {
+            let _turn = ctx.api_write_permit().await;
             patch_status(&api, &name, &status, CLEARABLE).await?;
         }
         return Ok(Action::await_change());
@@ -213,6 +214,7 @@ pub async fn reconcile(res: Arc<Resource>, ctx: Arc<Context>) -> Result<Action> 
         observed_generation: res.metadata.generation,
     };
     if res.status.as_ref() != Some(&status) {
+        let _turn = ctx.api_write_permit().await;
         patch_status(&api, &name, &status, CLEARABLE).await?;
     }
 
@@ -296,6 +298,45 @@ async fn execute(
             attempts.remove(id);
         }
     }
+    let target = |id: &str| Target {
+        id: id.to_owned(),
+        arn: members
+            .iter()
+            .find(|m| m.id == id)
+            .and_then(|m| m.arn.clone()),
+    };
+    // The lock tags, the start and the stop go out together, before any Event is written: a
+    // start joins the executor's batch window at once, with the starts of every other Resource
+    // booked for the same instant.
+    let lock_targets: Vec<Target> = p.lock.ids.iter().map(|id| target(id)).collect();
+    let (locked, started, stopped) = tokio::join!(
+        async {
+            if lock_targets.is_empty() {
+                None
+            } else {
+                Some(
+                    ctx.executor
+                        .tag(kind, region, &lock_targets, &p.lock.tags)
+                        .await,
+                )
+            }
+        },
+        async {
+            if p.start.is_empty() {
+                None
+            } else {
+                Some(ctx.executor.start(kind, region, &p.start).await)
+            }
+        },
+        async {
+            if p.stop.is_empty() {
+                None
+            } else {
+                Some(ctx.executor.stop(kind, region, &p.stop, p.hibernate).await)
+            }
+        },
+    );
+    let mut acted = false;
     for note in &p.notes {
         ctx.event(
             res,
@@ -306,18 +347,8 @@ async fn execute(
         )
         .await;
     }
-    let target = |id: &str| Target {
-        id: id.to_owned(),
-        arn: members
-            .iter()
-            .find(|m| m.id == id)
-            .and_then(|m| m.arn.clone()),
-    };
-    let mut acted = false;
-    if !p.lock.ids.is_empty() {
+    if let Some(out) = locked {
         acted = true;
-        let targets: Vec<Target> = p.lock.ids.iter().map(|id| target(id)).collect();
-        let out = ctx.executor.tag(kind, region, &targets, &p.lock.tags).await;
         let (ok, failed) = split(&out);
         if !ok.is_empty() {
             ctx.event(
@@ -340,9 +371,8 @@ async fn execute(
             .await;
         }
     }
-    if !p.start.is_empty() {
+    if let Some(out) = started {
         acted = true;
-        let out = ctx.executor.start(kind, region, &p.start).await;
         record(ctx, Op::Start, &out);
         let (ok, failed) = split(&out);
         if !ok.is_empty() {
@@ -370,9 +400,8 @@ async fn execute(
             .await;
         }
     }
-    if !p.stop.is_empty() {
+    if let Some(out) = stopped {
         acted = true;
-        let out = ctx.executor.stop(kind, region, &p.stop, p.hibernate).await;
         record(ctx, Op::Stop, &out);
         let (ok, failed) = split(&out);
         if !ok.is_empty() {
