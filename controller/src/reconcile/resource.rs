@@ -2,6 +2,7 @@
 //! the inventory's view of the group, then the executor; status via merge patch; an Event for
 //! every AWS action; requeue at the next instant that matters.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use booking_shared::api::{Resource, ResourceStatus};
@@ -148,11 +149,7 @@ pub async fn reconcile(res: Arc<Resource>, ctx: Arc<Context>) -> Result<Action> 
         .map(|s| s.observed_at(&res.spec.tag))
         .unwrap_or(now);
 
-    let attempts = ctx
-        .attempts
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .clone();
+    let attempts = group_attempts(&ctx, members.as_deref());
     let input = PlanInput {
         owner: &owner,
         kind,
@@ -180,11 +177,7 @@ pub async fn reconcile(res: Arc<Resource>, ctx: Arc<Context>) -> Result<Action> 
     // and no action is repeated (the attempts are newer than the observation).
     let final_plan = if acted {
         ctx.inventory.request_refresh();
-        let attempts = ctx
-            .attempts
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
+        let attempts = group_attempts(&ctx, members.as_deref());
         plan(&PlanInput {
             attempts: &attempts,
             ..input
@@ -460,6 +453,18 @@ async fn execute(
         }
     }
     acted
+}
+
+/// The earlier attempts on `members` (the plan reads only those): a copy of this group's
+/// entries, not of every member of every group, which 1,000 Resources reconciling together
+/// would each copy.
+fn group_attempts(ctx: &Context, members: Option<&[Member]>) -> BTreeMap<String, Attempt> {
+    let all = ctx.attempts.lock().unwrap_or_else(|p| p.into_inner());
+    members
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|m| all.get(&m.id).map(|a| (m.id.clone(), a.clone())))
+        .collect()
 }
 
 /// How long a booking ending at a fire time of a BookingScheduler of the same Resource waits
