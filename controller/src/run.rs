@@ -1,7 +1,7 @@
 //! Wiring: clients built once, leader election, the three controllers, the inventory loop, the
 //! admin port and graceful shutdown.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -267,6 +267,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let resources_feed = {
         let index = index.clone();
         let booking_triggers = booking_triggers.clone();
+        let store = resources_store.clone();
+        // Bookings read only whether their Resource exists: only its appearance and its
+        // deletion concern them, not its status, which changes with every start and stop.
+        let mut known: HashSet<ObjectRef<Resource>> = HashSet::new();
         kube::runtime::reflector(
             resources_writer,
             watcher(resources_api.clone(), wc.clone())
@@ -274,12 +278,28 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 .modify(strip_cached),
         )
         .for_each(move |ev| {
-            // A Resource that appears, changes or goes away changes its bookings' conditions.
             let resources = match &ev {
-                Ok(watcher::Event::Apply(r) | watcher::Event::Delete(r)) => {
-                    vec![ObjectRef::from_obj(r)]
+                Ok(watcher::Event::Apply(r)) => {
+                    let key = ObjectRef::from_obj(r);
+                    if known.insert(key.clone()) {
+                        vec![key]
+                    } else {
+                        Vec::new()
+                    }
                 }
-                Ok(watcher::Event::InitDone) => index.resources(),
+                Ok(watcher::Event::Delete(r)) => {
+                    let key = ObjectRef::from_obj(r);
+                    known.remove(&key);
+                    vec![key]
+                }
+                Ok(watcher::Event::InitDone) => {
+                    known = store
+                        .state()
+                        .iter()
+                        .map(|r| ObjectRef::from_obj(r.as_ref()))
+                        .collect();
+                    index.resources()
+                }
                 Ok(_) => Vec::new(),
                 Err(e) => {
                     tracing::warn!(error = %e, "resource watch error; retrying");

@@ -441,6 +441,44 @@ async fn bookings_drive_real_instances_through_the_controller() {
             .any(|c| c.reason == "ResourceNotFound"),
         "{orphan:?}"
     );
+    // The orphan's Resource appears, then goes away: its booking follows both.
+    let found = |want: &'static str| {
+        let bookings = bookings.clone();
+        move || {
+            let bookings = bookings.clone();
+            async move {
+                let status = bookings.get("orphan").await.unwrap().status.unwrap();
+                match status
+                    .conditions
+                    .iter()
+                    .find(|c| c.type_ == "ResourceFound")
+                {
+                    Some(c) if c.status == want => Ok(()),
+                    other => Err(format!("{other:?}")),
+                }
+            }
+        }
+    };
+    resources
+        .create(&pp, &resource("ec2.missing", "ec2", "missing", None))
+        .await
+        .unwrap();
+    wait_for(
+        "orphan finds its Resource",
+        Duration::from_secs(10),
+        found("True"),
+    )
+    .await;
+    resources
+        .delete("ec2.missing", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for(
+        "orphan loses its Resource",
+        Duration::from_secs(10),
+        found("False"),
+    )
+    .await;
 
     wait_for("analytics status", Duration::from_secs(10), || async {
         let s = resources
