@@ -349,20 +349,34 @@ mod webhook {
             booking_bench::stats::Samples::default(),
             booking_bench::stats::Samples::default(),
         );
+        // The bare TLS server at the same rate: the machine's share of the latency (TLS round
+        // trip, timers, waking an idle core), which no webhook can go below.
+        let mut se = booking_bench::stats::Samples::default();
         for round in 0..args.rounds {
             let a = load::fixed_rate(&t_empty, 200, 4, seconds).await?;
             let b = load::fixed_rate(&t_full, 200, 4, seconds).await?;
+            let e = load::fixed_rate(&t_echo, 200, 4, seconds).await?;
             eprintln!(
-                "200 rps round {round}: p99 {:.3} ms (0 bookings, {} errors), {:.3} ms ({} bookings, {} errors)",
+                "200 rps round {round}: p99 {:.3} ms (0 bookings, {} errors), {:.3} ms ({} bookings, {} errors), {:.3} ms (TLS echo)",
                 a.latencies.quantile_ms(0.99).unwrap_or(f64::NAN),
                 a.errors,
                 b.latencies.quantile_ms(0.99).unwrap_or(f64::NAN),
                 args.bookings,
-                b.errors
+                b.errors,
+                e.latencies.quantile_ms(0.99).unwrap_or(f64::NAN),
             );
             s0.extend(&a.latencies);
             s10.extend(&b.latencies);
+            se.extend(&e.latencies);
         }
+        results.insert(
+            "tls_echo_p99_ms_at_200rps".into(),
+            round3(se.quantile_ms(0.99).context("no samples")?),
+        );
+        results.insert(
+            "tls_echo_p50_ms_at_200rps".into(),
+            round3(se.quantile_ms(0.5).unwrap_or(0.0)),
+        );
         let p0 = s0.quantile_ms(0.99).context("no samples")?;
         let p10 = s10.quantile_ms(0.99).context("no samples")?;
         results.insert("webhook_p99_ms_at_200rps_0_bookings".into(), round3(p0));
