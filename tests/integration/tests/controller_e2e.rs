@@ -83,6 +83,26 @@ where
     }
 }
 
+/// `n` stopped EC2 instances of the managed group `tag` (the `/` key form); their IDs.
+async fn stopped_group(ec2: &aws_sdk_ec2::Client, n: i32, tag: &str) -> Vec<String> {
+    let ids = moto::seed_ec2_instances(
+        ec2,
+        n,
+        &[
+            ("resource-booking/managed", "true"),
+            ("resource-booking/application", tag),
+        ],
+    )
+    .await
+    .unwrap();
+    ec2.stop_instances()
+        .set_instance_ids(Some(ids.clone()))
+        .send()
+        .await
+        .unwrap();
+    ids
+}
+
 fn ec2_in(moto: &MotoServer, region: &str) -> aws_sdk_ec2::Client {
     let conf = aws_sdk_ec2::config::Builder::from(&moto.sdk_config())
         .region(aws_config::Region::new(region.to_owned()))
@@ -278,14 +298,7 @@ async fn bookings_drive_real_instances_through_the_controller() {
             ("resource-booking/application", tag),
         ]
     };
-    let analytics = moto::seed_ec2_instances(&home, 2, &managed("analytics"))
-        .await
-        .unwrap();
-    home.stop_instances()
-        .set_instance_ids(Some(analytics.clone()))
-        .send()
-        .await
-        .unwrap();
+    let analytics = stopped_group(&home, 2, "analytics").await;
     // The original's hyphenated keys, in another region, running without a booking.
     let web = moto::seed_ec2_instances(
         &away,
@@ -957,21 +970,7 @@ async fn a_failing_member_is_retried_alone_with_backoff_while_the_others_run() {
         .await
         .expect("proxy");
     let home = e.moto.ec2();
-    let ids = moto::seed_ec2_instances(
-        &home,
-        3,
-        &[
-            ("resource-booking/managed", "true"),
-            ("resource-booking/application", "flaky"),
-        ],
-    )
-    .await
-    .unwrap();
-    home.stop_instances()
-        .set_instance_ids(Some(ids.clone()))
-        .send()
-        .await
-        .unwrap();
+    let ids = stopped_group(&home, 3, "flaky").await;
     let bad = ids[1].clone();
     // AWS refuses to start this one twice (a transitional state), then accepts.
     proxy.inject(Fault::incorrect_instance_state("StartInstances", &bad).times(2));
@@ -1133,21 +1132,7 @@ async fn a_per_minute_scheduler_books_each_minute_once_across_a_restart() {
     // A group for the bookings: one stopped instance. Back-to-back bookings of the scheduler
     // must hand it over without stopping it in between.
     let home = e.moto.ec2();
-    let ids = moto::seed_ec2_instances(
-        &home,
-        1,
-        &[
-            ("resource-booking/managed", "true"),
-            ("resource-booking/application", "analytics"),
-        ],
-    )
-    .await
-    .unwrap();
-    home.stop_instances()
-        .set_instance_ids(Some(ids.clone()))
-        .send()
-        .await
-        .unwrap();
+    stopped_group(&home, 1, "analytics").await;
     Api::<Resource>::namespaced(e.client.clone(), NS)
         .create(
             &PostParams::default(),
