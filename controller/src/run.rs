@@ -324,7 +324,6 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         executor,
         keys,
         default_region,
-        bookings: bookings_store.clone(),
         index,
         resources: resources_store.clone(),
         attempts: Mutex::new(BTreeMap::new()),

@@ -40,10 +40,8 @@ pub struct Context {
     pub keys: TagKeys,
     /// Region of Resources without `spec.region`.
     pub default_region: String,
-    /// All Bookings in scope (the one cache shared by the Booking and notification
-    /// controllers).
-    pub bookings: Store<Booking>,
-    /// The Bookings of each Resource, kept beside `bookings`.
+    /// The Bookings of each Resource, kept beside the Booking cache that the Booking and
+    /// notification controllers share.
     pub index: Arc<BookingIndex>,
     /// All Resources in scope (the Resource controller's cache).
     pub resources: Store<Resource>,
