@@ -106,6 +106,24 @@ pub enum Error {
         /// How long.
         waited: Duration,
     },
+    /// The control plane's binaries are missing and could not be built.
+    #[error(
+        "Kubernetes control plane binaries: {0}. They are built from their Go modules by \
+         tests/control-plane/build.sh (needs `go`), or taken from KUBEBUILDER_ASSETS \
+         (kube-apiserver, etcd, kubectl) and TEST_ASSET_KUBE_APISERVER, TEST_ASSET_ETCD, \
+         TEST_ASSET_KUBECTL, TEST_ASSET_KUBE_CONTROLLER_MANAGER, TEST_ASSET_HELM"
+    )]
+    ControlPlaneBinaries(String),
+    /// A test asked for the run's shared control plane outside `booking-control-plane run`.
+    #[error(
+        "no shared Kubernetes control plane: BOOKING_TEST_KUBECONFIG is not set. Run the tests \
+         with `make test`, or wrap the test command: \
+         `cargo run -p booking-harness --bin booking-control-plane -- run -- cargo nextest run ...`"
+    )]
+    NoSharedControlPlane,
+    /// A Kubernetes client call or a kubectl command failed.
+    #[error("Kubernetes: {0}")]
+    Kube(String),
 }
 
 /// The harness's result type.

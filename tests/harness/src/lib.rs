@@ -88,6 +88,7 @@
 //! exit on their own within half a second.
 
 pub mod aws_query;
+pub mod control_plane;
 mod error;
 mod http_util;
 pub mod moto;
