@@ -237,6 +237,8 @@ impl Recipe {
         let mut apiserver = vec![
             format!("--etcd-servers={etcd_url}"),
             "--advertise-address=127.0.0.1".into(),
+            // The default reconciler refuses a loopback address for the kubernetes Service.
+            "--endpoint-reconciler-type=none".into(),
             "--bind-address=127.0.0.1".into(),
             format!("--secure-port={}", ports.apiserver),
             format!("--cert-dir={}", p("apiserver-generated")),
@@ -244,7 +246,7 @@ impl Recipe {
             format!("--tls-private-key-file={}", p("apiserver.key")),
             format!("--client-ca-file={}", p("ca.crt")),
             "--authorization-mode=RBAC".into(),
-            format!("--service-account-key-file={}", p("service-account.key")),
+            format!("--service-account-key-file={}", p("service-account.pub")),
             format!("--service-account-signing-key-file={}", p("service-account.key")),
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
             "--service-cluster-ip-range=10.0.0.0/24".into(),
@@ -644,6 +646,7 @@ fn write_pki(dir: &Path) -> Result<Pki> {
     write("admin.crt", &admin_cert.pem())?;
     write("admin.key", &admin_key.serialize_pem())?;
     write("service-account.key", &sa_key.serialize_pem())?;
+    write("service-account.pub", &sa_key.public_key_pem())?;
     Ok(Pki {
         ca_pem: ca.pem(),
         admin_cert_pem: admin_cert.pem(),

@@ -50,7 +50,7 @@ async fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "warn".into()),
+                .unwrap_or_else(|_| "warn,kube_client=off".into()),
         )
         .with_writer(std::io::stderr)
         .init();
