@@ -7,7 +7,7 @@ VENV := .venv
 PYTHON ?= python3
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: all build test lint fmt-check clippy venv tools crds demo sandbox-up sandbox-down help bench
+.PHONY: all build test lint fmt-check clippy venv tools nextest control-plane crds demo sandbox-up sandbox-down help bench
 
 all: build
 
@@ -29,13 +29,24 @@ $(VENV)/.installed: tests/requirements.txt
 
 venv: $(VENV)/.installed
 
-# Debian packages the packaging tests use: Go's text/template with sprig renders the Helm chart
-# faithfully without a helm binary (tests/helm-render), and Lua runs the Argo CD health checks.
-PACKAGING_APT := golang-go golang-github-masterminds-sprig-dev golang-gopkg-yaml.v2-dev lua5.1
+# Debian packages the tests use: Lua runs Argo CD's health-check scripts of docs/argocd.md.
+PACKAGING_APT := lua5.1
 tools:
-	@command -v go >/dev/null && command -v lua5.1 >/dev/null \
-	  && test -d /usr/share/gocode/src/github.com/Masterminds/sprig \
+	@command -v lua5.1 >/dev/null \
 	  || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(PACKAGING_APT); }
+
+# The test runner, installed from crates.io when missing.
+NEXTEST_VERSION := 0.9.151
+nextest:
+	@$(CARGO) nextest --version >/dev/null 2>&1 \
+	  || { echo "installing cargo-nextest $(NEXTEST_VERSION) from crates.io (once, a few minutes)"; \
+	       $(CARGO) install cargo-nextest --version $(NEXTEST_VERSION) --locked; }
+
+# The real Kubernetes control plane of the tests (kube-apiserver, kube-controller-manager,
+# kubectl, etcd, helm), built from their Go modules once and cached by version; setup-envtest's
+# binaries are used instead when KUBEBUILDER_ASSETS or TEST_ASSET_* point at them.
+control-plane:
+	@bash tests/control-plane/build.sh >/dev/null
 
 fmt-check:
 	$(CARGO) fmt --all --check
@@ -45,9 +56,11 @@ clippy:
 
 lint: fmt-check clippy
 
-test: venv tools lint
+# Every test runs against one shared control plane that booking-control-plane starts before the
+# suite and stops after it (tests that restart or reconfigure a cluster start their own).
+test: venv tools nextest control-plane lint
 	$(CARGO) build --workspace --bins --locked
-	$(CARGO) nextest run --workspace --locked --no-fail-fast
+	./target/debug/booking-control-plane run -- $(CARGO) nextest run --workspace --locked --no-fail-fast
 	$(CARGO) test --workspace --doc --locked
 
 crds:
