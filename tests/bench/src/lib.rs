@@ -8,10 +8,14 @@
 //! - [`stats`]: percentiles of latency samples.
 //! - [`sys`]: CPU pinning (`taskset`) and resident memory from `/proc`.
 //! - [`fixtures`]: AdmissionReview bodies and Booking objects.
+//! - [`cluster`]: a private etcd and kube-apiserver per section (the real binaries of the tested
+//!   release), with the CRDs; bulk creation through the API; the shipped webhook configurations
+//!   registered against a webhook on 127.0.0.1.
 //!
 //! The binary `booking-bench` runs the suite and writes `target/bench/results.json`;
 //! `booking-bench --smoke` runs a seconds-long check of the harness itself (CI).
 
+pub mod cluster;
 pub mod echo;
 pub mod fixtures;
 pub mod load;

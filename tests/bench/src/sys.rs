@@ -94,3 +94,18 @@ pub async fn wait_idle(
         }
     }
 }
+
+/// Every online CPU of the machine as a taskset list (`0-<last>`), from
+/// `/sys/devices/system/cpu/online`.
+pub fn all_cpus() -> String {
+    let last = std::fs::read_to_string("/sys/devices/system/cpu/online")
+        .ok()
+        .and_then(|s| {
+            s.trim()
+                .rsplit(['-', ','])
+                .next()
+                .and_then(|n| n.parse::<usize>().ok())
+        })
+        .unwrap_or(1);
+    format!("0-{last}")
+}

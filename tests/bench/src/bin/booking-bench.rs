@@ -1,14 +1,17 @@
 //! `booking-bench`: the benchmark suite of issue 9 (`make bench`), or with `--smoke` a
 //! seconds-long check that the harness works (CI; no thresholds).
 //!
-//! Runs the real binaries of `--bin-dir` (release builds under `make bench`) against the
-//! in-repo Kubernetes API test server and moto, and writes the figures to `--out`
-//! (`target/bench/results.json`). See BENCHMARKS.md for how to read them.
+//! Runs the real binaries of `--bin-dir` (release builds under `make bench`) against real
+//! Kubernetes control planes (etcd and kube-apiserver of the tested release, one private pair
+//! per API server the bench needs, see [`booking_bench::cluster`]) and moto, and writes the
+//! figures to `--out` (`target/bench/results.json`). See BENCHMARKS.md for how to read them.
 //!
 //! Core sharing (2 cores): with `--server-cpus 0 --client-cpus 1` (the default) the servers
-//! under test run on CPU 0 and this process (the load client, and the in-process API server,
-//! idle while load runs) on CPU 1, so the load generator never steals the server's core. The
-//! `*_shared_cores` figures run the same load with every process allowed on both cores.
+//! under test run on CPU 0 and this process (the load client) and the control planes (idle
+//! while load runs) on CPU 1, so the load generator never steals the server's core. The
+//! `*_shared_cores` figures run the same load with every process allowed on both cores. While
+//! the control planes start and while bookings are created in bulk, they and this process may
+//! use every CPU.
 
 use std::{
     collections::BTreeMap,
@@ -19,9 +22,10 @@ use std::{
 
 use anyhow::{Context as _, bail, ensure};
 use booking_bench::{
+    cluster::{self, Cluster, WebhookConfigurations},
     fixtures::{self, Layout},
     load::{self, Target},
-    stats::median,
+    stats::{Samples, median},
     sys,
 };
 use booking_harness::{
@@ -31,12 +35,7 @@ use booking_harness::{
 };
 use clap::Parser;
 use futures::StreamExt as _;
-use k8s_openapi::{
-    api::core::v1::Namespace,
-    apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
-};
-use kube::{Api, api::PostParams, core::DynamicObject, discovery::ApiResource};
-use kube_test_server::{Options, TestServer};
+use kube::{Api, api::PostParams, core::DynamicObject};
 
 /// The benchmark suite of the booking operator.
 #[derive(Parser, Debug, Clone)]
@@ -75,6 +74,13 @@ struct Args {
     /// CPUs of this process, the load client (a taskset list); empty: no pinning.
     #[arg(long, default_value = "1")]
     client_cpus: String,
+    /// Create requests in flight when bookings and Resources are created in bulk.
+    #[arg(long, default_value_t = 64)]
+    create_concurrency: usize,
+    /// Bookings created one after another per round and setting (webhook registered or not)
+    /// for the create-latency figures.
+    #[arg(long, default_value_t = 500)]
+    create_samples: usize,
 }
 
 type Results = BTreeMap<String, f64>;
@@ -86,6 +92,7 @@ fn main() -> anyhow::Result<()> {
         args.seconds = 1;
         args.rounds = 1;
         args.connections = args.connections.min(4);
+        args.create_samples = args.create_samples.min(20);
     }
     if sys::allowed_cpus() < 2 {
         // One CPU: pinning apart is impossible; everything shares it.
@@ -128,6 +135,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
     eprintln!("booking-bench: wrote {}", args.out.display());
     if !failures.is_empty() {
         dir.keep();
+        for d in kept_dirs().lock().unwrap_or_else(|e| e.into_inner()).iter() {
+            d.keep();
+        }
         bail!("sections failed: {failures:?}");
     }
     Ok(())
@@ -167,46 +177,75 @@ fn server_process(args: &Args, name: &str, program: &Path) -> ProcessBuilder {
     }
 }
 
-/// A test API server with the CRDs and the bench namespace.
-async fn api_server() -> anyhow::Result<TestServer> {
-    let server = TestServer::start(Options::default()).await?;
-    let client = server.client().await?;
-    let crds = Api::<CustomResourceDefinition>::all(client.clone());
-    for crd in booking_shared::crd::all() {
-        crds.create(&PostParams::default(), &crd).await?;
-    }
-    let ns: Namespace = serde_json::from_value(serde_json::json!({
-        "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": fixtures::NAMESPACE}
-    }))?;
-    Api::<Namespace>::all(client)
-        .create(&PostParams::default(), &ns)
-        .await?;
-    Ok(server)
+/// The folders of the control planes started so far (kept when a section fails).
+fn kept_dirs() -> &'static std::sync::Mutex<Vec<TestDir>> {
+    static DIRS: std::sync::OnceLock<std::sync::Mutex<Vec<TestDir>>> = std::sync::OnceLock::new();
+    DIRS.get_or_init(Default::default)
 }
 
-/// Creates objects through the API, 16 at a time.
+/// Starts one private control plane per label, together. Go sizes its scheduler from the CPUs
+/// a process may use when it starts and children inherit this process's affinity, so this
+/// process may use every CPU meanwhile; it is pinned back to the client's CPUs after.
+async fn start_clusters(args: &Args, labels: &[&str]) -> anyhow::Result<Vec<Cluster>> {
+    let all = sys::all_cpus();
+    if !args.client_cpus.is_empty() {
+        sys::pin(std::process::id(), &all)?;
+    }
+    let started = futures::future::join_all(labels.iter().map(|l| Cluster::start(l))).await;
+    if !args.client_cpus.is_empty() {
+        sys::pin(std::process::id(), &args.client_cpus)?;
+    }
+    let mut out = Vec::new();
+    for (label, r) in labels.iter().zip(started) {
+        let (c, took) = r?;
+        kept_dirs()
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(c.dir.clone());
+        eprintln!(
+            "control plane {label}: etcd and kube-apiserver ready in {:.1}s ({})",
+            took.as_secs_f64(),
+            c.plane.url()
+        );
+        out.push(c);
+    }
+    Ok(out)
+}
+
+/// Creates objects through the API, `--create-concurrency` at a time; logs what it cost.
 async fn create_all(
+    args: &Args,
     client: &kube::Client,
     plural: &str,
     kind: &str,
     objects: Vec<serde_json::Value>,
-) -> anyhow::Result<()> {
-    let gvk = kube::core::GroupVersionKind::gvk(booking_shared::api::GROUP, "v1", kind);
-    let ar = ApiResource::from_gvk_with_plural(&gvk, plural);
-    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), fixtures::NAMESPACE, &ar);
-    let mut stream = futures::stream::iter(objects.into_iter().map(|o| {
-        let api = api.clone();
-        async move {
-            let obj: DynamicObject = serde_json::from_value(o)?;
-            api.create(&PostParams::default(), &obj).await?;
-            anyhow::Ok(())
-        }
-    }))
-    .buffer_unordered(16);
-    while let Some(r) = stream.next().await {
-        r?;
+) -> anyhow::Result<cluster::Created> {
+    let created =
+        cluster::create_all(client, plural, kind, objects, args.create_concurrency).await?;
+    if created.count >= 100 {
+        eprintln!(
+            "created {} {plural} in {:.1}s ({:.0}/s, {} in flight; per request p50 {:.1} ms, p99 {:.1} ms)",
+            created.count,
+            created.elapsed.as_secs_f64(),
+            created.per_second(),
+            args.create_concurrency,
+            created.latencies.quantile_ms(0.5).unwrap_or(f64::NAN),
+            created.latencies.quantile_ms(0.99).unwrap_or(f64::NAN),
+        );
     }
-    Ok(())
+    Ok(created)
+}
+
+/// Records what a bulk creation cost under `prefix`.
+fn record_creation(results: &mut Results, prefix: &str, created: &cluster::Created) {
+    results.insert(
+        format!("{prefix}_create_seconds"),
+        round3(created.elapsed.as_secs_f64()),
+    );
+    results.insert(
+        format!("{prefix}_created_per_second"),
+        created.per_second().round(),
+    );
 }
 
 mod webhook {
@@ -215,20 +254,21 @@ mod webhook {
     struct Webhook {
         process: ManagedProcess,
         addr: SocketAddr,
+        admin: u16,
     }
 
     async fn start_webhook(
         args: &Args,
         dir: &TestDir,
         name: &str,
-        server: &TestServer,
+        kubeconfig: &Path,
         cert: &ServerCert,
     ) -> anyhow::Result<Webhook> {
         let bin = binary(args, "booking-webhook")?;
         let port = free_port()?;
         let admin = free_port()?;
         let mut process = server_process(args, name, &bin)
-            .env("KUBECONFIG", server.kubeconfig_path())
+            .env("KUBECONFIG", kubeconfig)
             .env("TLS_CERT_FILE", &cert.cert_path)
             .env("TLS_KEY_FILE", &cert.key_path)
             .env("WEBHOOK_LISTEN_ADDR", format!("127.0.0.1:{port}"))
@@ -244,7 +284,122 @@ mod webhook {
         Ok(Webhook {
             process,
             addr: SocketAddr::from(([127, 0, 0, 1], port)),
+            admin,
         })
+    }
+
+    /// A metric of the webhook's `/metrics`: the sum of the samples named `name` whose labels
+    /// contain every one of `labels`.
+    async fn metric(webhook: &Webhook, name: &str, labels: &[&str]) -> anyhow::Result<f64> {
+        let text = super::controller::http_get(webhook.admin, "/metrics").await?;
+        Ok(text
+            .lines()
+            .filter(|l| {
+                l.split([' ', '{']).next() == Some(name) && labels.iter().all(|x| l.contains(x))
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum())
+    }
+
+    /// The webhook's (mutate, validate) decisions on Bookings so far.
+    async fn booking_decisions(webhook: &Webhook) -> anyhow::Result<(f64, f64)> {
+        let name = "booking_webhook_admission_decisions_total";
+        Ok((
+            metric(webhook, name, &["endpoint=\"mutate\"", "kind=\"Booking\""]).await?,
+            metric(
+                webhook,
+                name,
+                &["endpoint=\"validate\"", "kind=\"Booking\""],
+            )
+            .await?,
+        ))
+    }
+
+    /// Waits until the webhook's index holds `n` bookings, all from its watch of the API
+    /// server (`booking_webhook_indexed_bookings`).
+    async fn wait_indexed(webhook: &Webhook, n: usize) -> anyhow::Result<Duration> {
+        let t0 = std::time::Instant::now();
+        loop {
+            let indexed = metric(webhook, "booking_webhook_indexed_bookings", &[]).await?;
+            if indexed >= n as f64 {
+                return Ok(t0.elapsed());
+            }
+            if t0.elapsed() > Duration::from_secs(120) {
+                bail!("the webhook indexed {indexed} of {n} bookings in 120 s");
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Waits until the API server calls the webhook on a Booking create (both the mutating
+    /// and the validating webhook: `registered`), or calls neither (three dry-run creates in a
+    /// row), after the configurations were created or deleted: the API server reads them
+    /// through an informer, so a change takes effect a little later.
+    async fn wait_registration(
+        api: &Api<DynamicObject>,
+        webhook: &Webhook,
+        layout: &Layout,
+        registered: bool,
+    ) -> anyhow::Result<Duration> {
+        let t0 = std::time::Instant::now();
+        // A free slot of group 1, between its first two bookings (group 0's gap is the one
+        // the load runs reserve).
+        let probe: DynamicObject = serde_json::from_value(fixtures::booking(
+            "probe-registration",
+            &Layout::resource(1),
+            layout.base + chrono::Duration::minutes(70),
+            layout.base + chrono::Duration::minutes(110),
+        ))?;
+        let dry_run = PostParams {
+            dry_run: true,
+            ..PostParams::default()
+        };
+        let mut quiet = 0;
+        loop {
+            let before = booking_decisions(webhook).await?;
+            api.create(&dry_run, &probe)
+                .await
+                .context("dry-run create of the registration probe")?;
+            let after = booking_decisions(webhook).await?;
+            let (mutated, validated) = (after.0 > before.0, after.1 > before.1);
+            if registered && mutated && validated {
+                return Ok(t0.elapsed());
+            }
+            if !registered && !mutated && !validated {
+                quiet += 1;
+                if quiet == 3 {
+                    return Ok(t0.elapsed());
+                }
+            } else {
+                quiet = 0;
+            }
+            if t0.elapsed() > Duration::from_secs(60) {
+                bail!(
+                    "the webhook configurations did not take effect in 60 s (registered: {registered}, mutate called: {mutated}, validate called: {validated})"
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Creates `count` bookings one after another (bookings `from..from + count` of the
+    /// layout, free slots); the latency of each create, from the request to its answer.
+    async fn sequential_creates(
+        api: &Api<DynamicObject>,
+        layout: &Layout,
+        from: usize,
+        count: usize,
+    ) -> anyhow::Result<Samples> {
+        let mut samples = Samples::default();
+        for i in from..from + count {
+            let obj: DynamicObject = serde_json::from_value(layout.booking(i))?;
+            let t = std::time::Instant::now();
+            api.create(&PostParams::default(), &obj)
+                .await
+                .with_context(|| format!("creating booking {i} of the layout"))?;
+            samples.push(t.elapsed());
+        }
+        Ok(samples)
     }
 
     /// Checks that the webhook denies a booking overlapping the first indexed one (its index
@@ -278,22 +433,44 @@ mod webhook {
         let cert = ca.issue_server_cert("webhook", &["localhost", "127.0.0.1"])?;
         let tls = load::client_config(ca.root_store()?)?;
 
-        // The API server with N bookings, created before the webhook starts (its watch lists
+        // A control plane with N bookings, created before the webhook starts (its watch lists
         // them all), and an empty one.
-        let full = api_server().await?;
-        let empty = api_server().await?;
-        let client = full.client().await?;
-        let t0 = std::time::Instant::now();
+        let mut planes = start_clusters(args, &["webhook-10k", "webhook-0"]).await?;
+        let (Some(empty), Some(full)) = (planes.pop(), planes.pop()) else {
+            bail!("two control planes expected");
+        };
+        let all = sys::all_cpus();
+        let pinning = !args.client_cpus.is_empty();
+        if pinning {
+            // The bulk creation has both cores: the API server, etcd and this client.
+            full.pin(&all)?;
+            sys::pin(std::process::id(), &all)?;
+        }
         let objects = (0..args.bookings).map(|i| layout.booking(i)).collect();
-        create_all(&client, "bookings", "Booking", objects).await?;
-        eprintln!(
-            "webhook: {} bookings created in {:.1}s",
-            args.bookings,
-            t0.elapsed().as_secs_f64()
-        );
+        let created = create_all(args, &full.client, "bookings", "Booking", objects).await?;
+        record_creation(results, "webhook_bookings", &created);
+        if pinning {
+            // From here on the control planes share the client's CPUs and stay off the
+            // servers' (they are idle while the load runs).
+            sys::pin(std::process::id(), &args.client_cpus)?;
+            full.pin(&args.client_cpus)?;
+            empty.pin(&args.client_cpus)?;
+        }
+        for (name, mib) in full.rss_mib() {
+            let name = name.replace('-', "_");
+            results.insert(format!("{name}_rss_mib_10k_bookings"), round3(mib));
+        }
 
-        let wh_full = start_webhook(args, dir, "webhook-10k", &full, &cert).await?;
-        let wh_empty = start_webhook(args, dir, "webhook-0", &empty, &cert).await?;
+        let wh_full =
+            start_webhook(args, dir, "webhook-10k", full.kubeconfig_path(), &cert).await?;
+        let wh_empty =
+            start_webhook(args, dir, "webhook-0", empty.kubeconfig_path(), &cert).await?;
+        let took = wait_indexed(&wh_full, args.bookings).await?;
+        eprintln!(
+            "webhook: {} bookings indexed from the API server's watch, {:.1}s after ready",
+            args.bookings,
+            took.as_secs_f64()
+        );
         let echo_port = free_port()?;
         let mut echo = server_process(args, "tls-echo", &binary(args, "booking-bench-echo")?)
             .args(["--cert", &cert.cert_path.to_string_lossy()])
@@ -399,9 +576,75 @@ mod webhook {
             round3(sys::rss_mib(wh_empty.process.pid())?),
         );
 
+        // (2b) What the webhook adds to a real create: bookings created one at a time through
+        // the API server of the 10k webhook, with the shipped webhook configurations
+        // registered (pointing at that webhook) and without them, alternating.
+        let configs = WebhookConfigurations::shipped(wh_full.addr.port(), &ca.ca_bundle())?;
+        let api = cluster::api(&full.client, "bookings", "Booking");
+        let (mut with, mut without) = (Samples::default(), Samples::default());
+        let mut next = args.bookings;
+        let mut registered = false;
+        for round in 0..args.rounds {
+            for setting in [round % 2 == 1, round % 2 == 0] {
+                if setting != registered {
+                    if setting {
+                        configs.register(&full.client).await?;
+                    } else {
+                        configs.unregister(&full.client).await?;
+                    }
+                    registered = setting;
+                    let took = wait_registration(&api, &wh_full, &layout, setting).await?;
+                    eprintln!(
+                        "create latency: webhook {} in effect after {:.2}s",
+                        if setting { "registration" } else { "removal" },
+                        took.as_secs_f64()
+                    );
+                }
+                // Warm-up: connections to etcd and (when registered) to the webhook.
+                sequential_creates(&api, &layout, next, 5).await?;
+                next += 5;
+                let s = sequential_creates(&api, &layout, next, args.create_samples).await?;
+                next += args.create_samples;
+                eprintln!(
+                    "create latency round {round}, webhook {}: p50 {:.3} ms, p99 {:.3} ms",
+                    if setting {
+                        "registered"
+                    } else {
+                        "not registered"
+                    },
+                    s.quantile_ms(0.5).unwrap_or(f64::NAN),
+                    s.quantile_ms(0.99).unwrap_or(f64::NAN),
+                );
+                if setting {
+                    with.extend(&s);
+                } else {
+                    without.extend(&s);
+                }
+            }
+        }
+        if registered {
+            configs.unregister(&full.client).await?;
+        }
+        let q = |s: &Samples, q: f64| s.quantile_ms(q).context("no create latency samples");
+        let (w50, w99, o50, o99) = (
+            q(&with, 0.5)?,
+            q(&with, 0.99)?,
+            q(&without, 0.5)?,
+            q(&without, 0.99)?,
+        );
+        results.insert("booking_create_p50_ms_with_webhook".into(), round3(w50));
+        results.insert("booking_create_p99_ms_with_webhook".into(), round3(w99));
+        results.insert("booking_create_p50_ms_without_webhook".into(), round3(o50));
+        results.insert("booking_create_p99_ms_without_webhook".into(), round3(o99));
+        results.insert("webhook_added_create_p50_ms".into(), round3(w50 - o50));
+        results.insert("webhook_added_create_p99_ms".into(), round3(w99 - o99));
+        results.insert(
+            "booking_create_latency_samples".into(),
+            (with.len() + without.len()) as f64,
+        );
+
         // (1b) The same peak load with every process allowed on both cores.
         if !args.server_cpus.is_empty() && !args.client_cpus.is_empty() {
-            let all = format!("0-{}", num_cpus_online() - 1);
             sys::pin(std::process::id(), &all)?;
             sys::pin(wh_full.process.pid(), &all)?;
             sys::pin(echo.pid(), &all)?;
@@ -429,21 +672,9 @@ mod webhook {
         drop(echo);
         drop(wh_full);
         drop(wh_empty);
-        full.shutdown().await;
-        empty.shutdown().await;
+        drop(full);
+        drop(empty);
         Ok(())
-    }
-
-    fn num_cpus_online() -> usize {
-        std::fs::read_to_string("/sys/devices/system/cpu/online")
-            .ok()
-            .and_then(|s| {
-                s.trim()
-                    .rsplit(['-', ','])
-                    .next()
-                    .and_then(|n| n.parse::<usize>().ok())
-            })
-            .map_or(2, |n| n + 1)
     }
 }
 
@@ -480,7 +711,7 @@ mod controller {
             .sum())
     }
 
-    async fn http_get(port: u16, path: &str) -> anyhow::Result<String> {
+    pub(super) async fn http_get(port: u16, path: &str) -> anyhow::Result<String> {
         use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
         let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
         s.write_all(
@@ -610,8 +841,15 @@ mod controller {
 
         let moto = MotoServer::start(dir).await?;
         let proxy = FaultProxy::start(&moto.endpoint_url()).await?;
-        let server = api_server().await?;
-        let client = server.client().await?;
+        let mut server = start_clusters(args, &["controller"])
+            .await?
+            .pop()
+            .context("a control plane")?;
+        if !args.client_cpus.is_empty() {
+            // `start_clusters` pinned this process back to the client's CPUs.
+            sys::pin(std::process::id(), &sys::all_cpus())?;
+        }
+        let client = server.client.clone();
         let admin = free_port()?;
         let bin = binary(args, "booking-controller")?;
         let mut builder = ProcessBuilder::new("controller", &bin);
@@ -642,6 +880,7 @@ mod controller {
             let t0 = Instant::now();
             instance_ids.extend(seed(&moto, have, n).await?);
             create_all(
+                args,
                 &client,
                 "resources",
                 "Resource",
@@ -687,6 +926,7 @@ mod controller {
         // (so that the simultaneous bookings below start on groups never booked before).
         instance_ids.extend(seed(&moto, have, have + staggered).await?);
         create_all(
+            args,
             &client,
             "resources",
             "Resource",
@@ -700,6 +940,7 @@ mod controller {
             .collect();
         proxy.clear_requests();
         create_all(
+            args,
             &client,
             "bookings",
             "Booking",
@@ -728,6 +969,7 @@ mod controller {
         proxy.clear_requests();
         let t0 = Instant::now();
         create_all(
+            args,
             &client,
             "bookings",
             "Booking",
@@ -768,8 +1010,8 @@ mod controller {
         // (5) Memory with many bookings, and the peak of a relist.
         let layout = Layout::new(Utc::now() + chrono::Duration::days(30), have);
         let cpu0 = sys::cpu_seconds(pid)?;
-        let t0 = Instant::now();
-        create_all(
+        let created = create_all(
+            args,
             &client,
             "bookings",
             "Booking",
@@ -782,10 +1024,14 @@ mod controller {
                 .collect(),
         )
         .await?;
-        eprintln!(
-            "controller: {rss_bookings} bookings created in {:.1}s",
-            t0.elapsed().as_secs_f64()
-        );
+        record_creation(results, "controller_bookings", &created);
+        for (name, mib) in server.rss_mib() {
+            let name = name.replace('-', "_");
+            results.insert(
+                format!("controller_section_{name}_rss_mib_10k_bookings"),
+                round3(mib),
+            );
+        }
         // Busy RSS: right after the creation, while the new bookings are being reconciled.
         results.insert(
             "controller_rss_mib_10k_bookings_busy".into(),
@@ -820,23 +1066,51 @@ mod controller {
             "controller_cpu_seconds_10k_bookings".into(),
             round3(sys::cpu_seconds(pid)? - cpu0),
         );
-        // Force every watch to relist: close them and forget the history they would resume
-        // from, then sample the RSS while the controller lists everything again.
-        server.controls().compact_history();
-        server.controls().close_watches();
-        let mut peak = rss;
-        let until = Instant::now() + Duration::from_secs(15);
-        while Instant::now() < until {
-            peak = peak.max(sys::rss_mib(pid)?);
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        // Force every watch to relist: compact etcd (every resourceVersion the controller
+        // holds is gone) and restart kube-apiserver (every watch is cut, and the new watch
+        // cache starts at etcd's current revision), sampling the RSS meanwhile and for 15 s
+        // after the API server is ready again, while the controller lists everything anew.
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let sampler = {
+            let stop = stop.clone();
+            tokio::spawn(async move {
+                let mut peak = rss;
+                while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                    if let Ok(now) = sys::rss_mib(pid) {
+                        peak = peak.max(now);
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                peak
+            })
+        };
+        let cpu1 = sys::cpu_seconds(pid)?;
+        let t0 = Instant::now();
+        server.plane.compact_etcd().await?;
+        server.plane.restart_apiserver().await?;
+        let restart = t0.elapsed();
+        eprintln!(
+            "controller: etcd compacted and kube-apiserver restarted in {:.1}s",
+            restart.as_secs_f64()
+        );
+        results.insert(
+            "kube_apiserver_restart_seconds".into(),
+            round3(restart.as_secs_f64()),
+        );
+        tokio::time::sleep(Duration::from_secs(15)).await;
+        stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        let peak = sampler.await?;
         results.insert("controller_rss_mib_relist_peak".into(), round3(peak));
+        results.insert(
+            "controller_cpu_seconds_relist".into(),
+            round3(sys::cpu_seconds(pid)? - cpu1),
+        );
         results.insert(
             "controller_rss_mib_lifetime_peak".into(),
             round3(sys::rss_peak_mib(pid)?),
         );
         drop(controller);
-        server.shutdown().await;
+        drop(server);
         drop(proxy);
         drop(moto);
         Ok(())
