@@ -67,10 +67,13 @@ crds:
 	$(CARGO) run --quiet --locked -p booking-shared --bin crdgen -- --out-dir manifests/crds
 	cp manifests/crds/*.yaml manifests/helm/crds/
 
-# The whole system on one machine (tests/sandbox): test API server, moto, SMTP server, webhook
-# and controller. `demo` runs in the foreground with a live view until Ctrl-C; `sandbox-up`
-# starts the same in the background and writes target/sandbox/env; `sandbox-down` stops it.
-SANDBOX_BUILD := $(CARGO) build --locked -p booking-sandbox -p booking-controller -p booking-webhook -p kube-test-server
+# The whole system on one machine (tests/sandbox): a real control plane (etcd, kube-apiserver,
+# kube-controller-manager; built from Go modules once, see tests/control-plane/build.sh), moto,
+# SMTP server, webhook and controller. `demo` runs in the foreground with a live view until
+# Ctrl-C; `sandbox-up` starts the same in the background and writes target/sandbox/env;
+# `sandbox-down` stops it. SANDBOX_BUILD is exactly the first build of `make test` (same
+# packages, same features), so one never rebuilds what the other built.
+SANDBOX_BUILD := $(CARGO) build --workspace --bins --locked
 
 demo: venv
 	$(SANDBOX_BUILD)
@@ -80,7 +83,7 @@ sandbox-up: venv
 	$(SANDBOX_BUILD)
 	./target/debug/booking-sandbox up
 
-# The same build as sandbox-up (same packages, so the same feature set): instant once built.
+# The same build as sandbox-up and `make test`: instant once built.
 sandbox-down:
 	$(SANDBOX_BUILD)
 	./target/debug/booking-sandbox down

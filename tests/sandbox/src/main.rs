@@ -1,41 +1,51 @@
 //! `booking-sandbox`: the whole booking operator on one machine, without a cloud account or a
 //! cluster.
 //!
-//! It starts the in-repo test API server (`kube-test-server`), moto (seeded with tagged EC2
-//! instances in two regions and a tagged RDS instance), an SMTP server writing every message
-//! to a directory, `booking-webhook` (certificates generated with rcgen, registered through
-//! the shipped webhook configurations, the API server resolving their Service to the local
-//! port) and `booking-controller` — the production binaries, only pointed at local endpoints.
-//! It then applies the CRDs and samples adjusted to now.
+//! It starts a real Kubernetes control plane — etcd, kube-apiserver and kube-controller-manager
+//! of the release the tests use, from `tests/control-plane/build.sh` (built from their Go modules
+//! once and cached, or setup-envtest's binaries through `KUBEBUILDER_ASSETS` / `TEST_ASSET_*`) —
+//! moto (seeded with tagged EC2 instances in two regions and a tagged RDS instance), an SMTP
+//! server writing every message to a directory, `booking-webhook` (certificates generated with
+//! rcgen, registered through the shipped webhook configurations with the local webhook's URL in
+//! place of their Service) and `booking-controller` — the production binaries, only pointed at
+//! local endpoints. It then applies the CRDs and samples adjusted to now.
 //!
 //! - `demo`: all of it in the foreground with a live view, until Ctrl-C, then stops it.
 //! - `up`: in the background; returns once ready and writes `<dir>/env` (`KEY=value` lines).
 //! - `down`: stops every recorded process by PID and removes the state (not the logs).
 //! - `status`: what runs.
 //!
-//! Processes are recorded in `<dir>/pids/`, their output goes to `<dir>/logs/<name>.log`.
+//! Processes are recorded in `<dir>/pids/`, their output goes to `<dir>/logs/<name>.log`. They
+//! run in process groups of their own, so a Ctrl-C or a closing terminal reaches only this
+//! program: on SIGINT, SIGTERM or SIGHUP, and when its output is gone (a closed terminal, a
+//! pipe whose reader exited), `demo` stops every process it started by PID; `up` does so when
+//! interrupted before the stack is ready. Nothing here panics on a failed write.
 
+#[macro_use]
+mod output;
 mod procs;
 mod stack;
 mod view;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
+use tokio::signal::unix::{Signal, SignalKind, signal};
 
-use stack::{Settings, UpOutcome};
+use stack::{PORT_COUNT, Settings, UpOutcome};
 
-/// The booking operator on one machine: API server, moto, SMTP, webhook and controller.
+/// The booking operator on one machine: a real control plane, moto, SMTP, webhook and
+/// controller.
 #[derive(Parser, Debug)]
 #[command(name = "booking-sandbox", version, about)]
 struct Cli {
-    /// State directory (env file, PIDs, logs, certificates, mail).
+    /// State directory (env file, PIDs, logs, certificates, etcd's data, mail).
     #[arg(long, env = "SANDBOX_DIR", global = true)]
     dir: Option<PathBuf>,
-    /// First of six consecutive ports on 127.0.0.1: API server, moto, SMTP, webhook HTTPS,
-    /// webhook admin, controller admin.
+    /// First of nine consecutive ports on 127.0.0.1: kube-apiserver, moto, SMTP, webhook HTTPS,
+    /// webhook admin, controller admin, etcd client, etcd peer, kube-controller-manager.
     #[arg(
         long,
         env = "SANDBOX_PORT_BASE",
@@ -59,8 +69,8 @@ struct Cli {
         global = true
     )]
     tag_prefix: String,
-    /// Directory of `booking-controller`, `booking-webhook` and `kube-test-server`; defaults to
-    /// this program's directory.
+    /// Directory of `booking-controller` and `booking-webhook`; defaults to this program's
+    /// directory.
     #[arg(long, env = "SANDBOX_BIN_DIR", global = true)]
     bin_dir: Option<PathBuf>,
     #[command(subcommand)]
@@ -97,8 +107,11 @@ fn settings(cli: &Cli, samples: bool) -> Result<Settings> {
             .map(PathBuf::from)
             .context("locating this program's directory")?,
     };
-    if cli.port_base > u16::MAX - 6 {
-        anyhow::bail!("--port-base {} leaves no room for six ports", cli.port_base);
+    if cli.port_base > u16::MAX - PORT_COUNT {
+        bail!(
+            "--port-base {} leaves no room for {PORT_COUNT} ports",
+            cli.port_base
+        );
     }
     Ok(Settings {
         dir,
@@ -110,10 +123,89 @@ fn settings(cli: &Cli, samples: bool) -> Result<Settings> {
     })
 }
 
+/// The signals that end the sandbox's foreground work: Ctrl-C, `kill`, a closed terminal.
+/// Once installed, none of them ends the process by itself, so stopping the stack is never
+/// cut short (a second Ctrl-C while it stops is ignored).
+struct Signals {
+    int: Signal,
+    term: Signal,
+    hup: Signal,
+}
+
+impl Signals {
+    fn install() -> Result<Signals> {
+        Ok(Signals {
+            int: signal(SignalKind::interrupt()).context("handling SIGINT")?,
+            term: signal(SignalKind::terminate()).context("handling SIGTERM")?,
+            hup: signal(SignalKind::hangup()).context("handling SIGHUP")?,
+        })
+    }
+
+    /// The next signal's name.
+    async fn recv(&mut self) -> &'static str {
+        tokio::select! {
+            _ = self.int.recv() => "SIGINT",
+            _ = self.term.recv() => "SIGTERM",
+            _ = self.hup.recv() => "SIGHUP",
+        }
+    }
+}
+
+/// Stops every recorded process when dropped while armed: the stack started in the
+/// foreground does not outlive this program, also when it panics.
+struct StopGuard<'a> {
+    dir: &'a Path,
+    armed: bool,
+}
+
+impl<'a> StopGuard<'a> {
+    fn new(dir: &'a Path) -> Self {
+        StopGuard { dir, armed: true }
+    }
+
+    fn disarm(&mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for StopGuard<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            note!("booking-sandbox: stopping what it started");
+            if let Err(e) = procs::stop_all(self.dir) {
+                note!("booking-sandbox: stopping failed: {e:#}");
+            }
+            let _ = stack::clean_state(self.dir);
+        }
+    }
+}
+
+/// Starts the stack unless it runs; a signal meanwhile stops what was started.
+async fn up_or_interrupted(s: &Settings, signals: &mut Signals) -> Result<UpOutcome> {
+    let mut guard = StopGuard::new(&s.dir);
+    tokio::select! {
+        outcome = stack::up(s) => {
+            // `up` stops what it started when it fails.
+            guard.disarm();
+            outcome
+        }
+        sig = signals.recv() => {
+            say!("\n{sig} while starting: stopping what was started…");
+            guard.disarm();
+            down(s)?;
+            bail!("interrupted by {sig} while starting")
+        }
+    }
+}
+
 fn print_usage(s: &Settings) {
     let env = s.env_file();
     let p = s.ports();
-    println!(
+    let kubectl = stack::read_env_file(&env)
+        .ok()
+        .and_then(|vars| vars.get("KUBECTL").cloned())
+        .unwrap_or_else(|| "kubectl".to_owned());
+    say!(
         "\nThe sandbox runs. From another shell:\n\
          \n    set -a; source {env}; set +a\n\
          \n    kubectl get bookings,resources,resourcemonitors,bookingschedulers -n \"$NAMESPACE\"\
@@ -121,13 +213,17 @@ fn print_usage(s: &Settings) {
          \n    aws ec2 describe-instances --region {region}    # AWS_ENDPOINT_URL points at moto\
          \n    ls \"$MAIL_DIR\"                                  # one RFC 5322 file per mail\
          \n    curl -s \"$CONTROLLER_METRICS_URL\" | head\n\
+         \nAny kubectl works with $KUBECONFIG; the control plane's own release is\
+         \n{kubectl} (also $KUBECTL).\
          \nEC2 groups: ec2.web ({region}, booked by demo-web), {analytics} (booked every minute by a\
          \nscheduler), ec2.batch ({region}, free to book); RDS: rds.reporting-db.\
-         \nAPI server https://127.0.0.1:{api}, moto http://127.0.0.1:{moto}, SMTP 127.0.0.1:{smtp}, logs in {logs}.",
+         \nkube-apiserver https://127.0.0.1:{api} (etcd http://127.0.0.1:{etcd}), moto http://127.0.0.1:{moto},\
+         \nSMTP 127.0.0.1:{smtp}, logs in {logs}.",
         env = env.display(),
         region = stack::REGION,
         analytics = stack::ANALYTICS_RESOURCE,
         api = p.api,
+        etcd = p.etcd,
         moto = p.moto,
         smtp = p.smtp,
         logs = s.dir.join("logs").display(),
@@ -138,13 +234,13 @@ fn down(s: &Settings) -> Result<()> {
     let report = procs::stop_all(&s.dir)?;
     stack::clean_state(&s.dir)?;
     if report.stopped.is_empty() && report.already_gone.is_empty() {
-        println!("Nothing was running.");
+        say!("Nothing was running.");
     } else {
         if !report.stopped.is_empty() {
-            println!("Stopped: {}.", report.stopped.join(", "));
+            say!("Stopped: {}.", report.stopped.join(", "));
         }
         if !report.already_gone.is_empty() {
-            println!(
+            say!(
                 "Had already exited: {} (logs in {}).",
                 report.already_gone.join(", "),
                 s.dir.join("logs").display()
@@ -157,108 +253,136 @@ fn down(s: &Settings) -> Result<()> {
 fn status(s: &Settings) -> Result<bool> {
     let records = procs::recorded(&s.dir)?;
     if records.is_empty() {
-        println!("The sandbox is not running.");
+        say!("The sandbox is not running.");
         return Ok(false);
     }
     let mut all = true;
     for r in &records {
         let alive = r.alive();
         all &= alive;
-        println!(
-            "{:<16} pid {:<8} {}",
+        say!(
+            "{:<24} pid {:<8} {}",
             r.name,
             r.pid,
             if alive { "running" } else { "EXITED" }
         );
     }
     if s.env_file().is_file() {
-        println!("\nenv file {}:", s.env_file().display());
+        say!("\nenv file {}:", s.env_file().display());
         for (k, v) in stack::read_env_file(&s.env_file())? {
-            println!("  {k}={v}");
+            say!("  {k}={v}");
         }
     }
     Ok(all)
 }
 
-async fn demo(s: &Settings) -> Result<()> {
-    use std::io::{IsTerminal as _, Write as _};
-    if let UpOutcome::AlreadyRunning = stack::up(s).await? {
-        println!("(the sandbox was already running; the demo shows it and stops it at the end)");
-    }
-    print_usage(s);
-    let result = async {
-        let client = stack::kube_client(&s.kubeconfig()).await?;
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-        let tty = std::io::stdout().is_terminal();
-        tokio::time::sleep(Duration::from_secs(3)).await;
-        loop {
-            let frame = view::render(s, &client).await;
-            let mut out = std::io::stdout().lock();
-            if tty {
-                // Clear the screen and go home.
-                write!(out, "\x1b[2J\x1b[H")?;
-            } else {
-                writeln!(out, "----------------------------------------")?;
-            }
-            write!(out, "{frame}")?;
-            out.flush()?;
-            drop(out);
-            for r in procs::recorded(&s.dir)? {
-                if !r.alive() {
-                    println!(
-                        "!! {} exited; last lines of {}:\n{}",
-                        r.name,
-                        r.log_path(&s.dir).display(),
-                        procs::log_tail(&r.log_path(&s.dir), 10)
-                    );
-                }
-            }
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => break,
-                _ = term.recv() => break,
-                () = tokio::time::sleep(Duration::from_secs(2)) => {}
-            }
-        }
-        anyhow::Ok(())
-    }
-    .await;
-    println!("\nStopping the sandbox…");
-    down(s)?;
-    result
+/// Why the demo's view ended.
+enum DemoEnd {
+    /// A signal, by name.
+    Signal(&'static str),
+    /// Writing to stdout failed: the terminal closed or the pipe's reader is gone.
+    OutputClosed,
 }
 
-#[tokio::main]
-async fn main() -> std::process::ExitCode {
-    let cli = Cli::parse();
-    let result = async {
-        match &cli.command {
-            Command::Demo => demo(&settings(&cli, true)?).await,
-            Command::Up { no_samples } => {
-                let s = settings(&cli, !no_samples)?;
-                match stack::up(&s).await? {
-                    UpOutcome::AlreadyRunning => {
-                        println!("The sandbox is already running.");
-                    }
-                    UpOutcome::Started => {}
-                }
-                print_usage(&s);
-                Ok(())
+async fn demo(s: &Settings, signals: &mut Signals) -> Result<()> {
+    // Armed until the stack is stopped below: a panic must not leave it running either.
+    let mut guard = StopGuard::new(&s.dir);
+    if let UpOutcome::AlreadyRunning = up_or_interrupted(s, signals).await? {
+        say!("(the sandbox was already running; the demo shows it and stops it at the end)");
+    }
+    print_usage(s);
+    let ended = view_until_stopped(s, signals).await;
+    match &ended {
+        Ok(DemoEnd::Signal(sig)) => say!("\n{sig}: stopping the sandbox…"),
+        Ok(DemoEnd::OutputClosed) => {
+            note!("booking-sandbox: its output is closed; stopping the sandbox");
+        }
+        Err(e) => say!("\nThe view failed ({e:#}); stopping the sandbox…"),
+    }
+    guard.disarm();
+    down(s)?;
+    ended.map(drop)
+}
+
+/// Redraws the view every two seconds until a signal or until stdout is gone.
+async fn view_until_stopped(s: &Settings, signals: &mut Signals) -> Result<DemoEnd> {
+    use std::io::IsTerminal as _;
+    let client = stack::kube_client(&s.kubeconfig()).await?;
+    let tty = std::io::stdout().is_terminal();
+    let mut pause = Duration::from_secs(3);
+    loop {
+        tokio::select! {
+            sig = signals.recv() => return Ok(DemoEnd::Signal(sig)),
+            () = tokio::time::sleep(pause) => {}
+        }
+        pause = Duration::from_secs(2);
+        let frame = view::render(s, &client).await;
+        // Clear the screen and go home on a terminal; a separator otherwise.
+        let sep = if tty {
+            "\x1b[2J\x1b[H"
+        } else {
+            "----------------------------------------\n"
+        };
+        output::stdout_text(&format!("{sep}{frame}"));
+        for r in procs::recorded(&s.dir)? {
+            if !r.alive() {
+                say!(
+                    "!! {} exited; last lines of {}:\n{}",
+                    r.name,
+                    r.log_path(&s.dir).display(),
+                    procs::log_tail(&r.log_path(&s.dir), 10)
+                );
             }
-            Command::Down => down(&settings(&cli, true)?),
-            Command::Status => {
-                if status(&settings(&cli, true)?)? {
-                    Ok(())
-                } else {
-                    Err(anyhow::anyhow!("not every sandbox process is running"))
-                }
+        }
+        if output::stdout_broken() {
+            return Ok(DemoEnd::OutputClosed);
+        }
+    }
+}
+
+async fn run(cli: &Cli) -> Result<()> {
+    match &cli.command {
+        Command::Demo => {
+            let mut signals = Signals::install()?;
+            demo(&settings(cli, true)?, &mut signals).await
+        }
+        Command::Up { no_samples } => {
+            let mut signals = Signals::install()?;
+            let s = settings(cli, !no_samples)?;
+            if let UpOutcome::AlreadyRunning = up_or_interrupted(&s, &mut signals).await? {
+                say!("The sandbox is already running.");
+            }
+            print_usage(&s);
+            Ok(())
+        }
+        Command::Down => down(&settings(cli, true)?),
+        Command::Status => {
+            if status(&settings(cli, true)?)? {
+                Ok(())
+            } else {
+                bail!("not every sandbox process is running")
             }
         }
     }
-    .await;
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(r) => r,
+        Err(e) => {
+            note!("booking-sandbox: cannot start the async runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(run(&cli));
+    // A build of the control plane's binaries interrupted by a signal may still run on a
+    // blocking thread; do not wait for it.
+    runtime.shutdown_background();
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("booking-sandbox: {e:#}");
+            note!("booking-sandbox: {e:#}");
             std::process::ExitCode::FAILURE
         }
     }

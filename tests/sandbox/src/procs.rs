@@ -127,7 +127,7 @@ pub fn recorded(dir: &Path) -> Result<Vec<Recorded>> {
                 pid_file: file,
             }),
             _ => {
-                eprintln!("ignoring unreadable PID file {}", file.display());
+                note!("ignoring unreadable PID file {}", file.display());
                 let _ = std::fs::remove_file(&file);
             }
         }
@@ -136,12 +136,26 @@ pub fn recorded(dir: &Path) -> Result<Vec<Recorded>> {
 }
 
 /// Stops every recorded process (SIGTERM to its group, SIGKILL after a grace period) and
-/// removes the records. Processes already gone (crashed) are only forgotten. Returns what was
+/// removes the records. Processes already gone (crashed) are only forgotten. The first one
+/// started (etcd, which the API server keeps its data in) is stopped last, once the others
+/// exited: an API server whose storage is gone first stalls its shutdown. Returns what was
 /// stopped and what had already exited.
 pub fn stop_all(dir: &Path) -> Result<StopReport> {
     let mut report = StopReport::default();
     let mut records = recorded(dir)?;
+    let first = if records.is_empty() {
+        Vec::new()
+    } else {
+        vec![records.remove(0)]
+    };
     records.reverse();
+    stop_wave(records, &mut report)?;
+    stop_wave(first, &mut report)?;
+    Ok(report)
+}
+
+/// Stops `records` together: SIGTERM to each running one, SIGKILL after [`STOP_GRACE`].
+fn stop_wave(records: Vec<Recorded>, report: &mut StopReport) -> Result<()> {
     let mut running = Vec::new();
     for r in records {
         if r.alive() {
@@ -158,9 +172,10 @@ pub fn stop_all(dir: &Path) -> Result<StopReport> {
     }
     for r in &running {
         if r.alive() {
-            eprintln!(
+            note!(
                 "{} (pid {}) ignored SIGTERM; sending SIGKILL",
-                r.name, r.pid
+                r.name,
+                r.pid
             );
             signal_group(r.pid, rustix::process::Signal::KILL);
         }
@@ -176,7 +191,7 @@ pub fn stop_all(dir: &Path) -> Result<StopReport> {
         let _ = std::fs::remove_file(&r.pid_file);
         report.stopped.push(r.name);
     }
-    Ok(report)
+    Ok(())
 }
 
 /// What [`stop_all`] did.
@@ -225,7 +240,7 @@ fn signal_group(pid: u32, signal: rustix::process::Signal) {
     if let Err(e) = rustix::process::kill_process_group(pid, signal)
         && e != rustix::io::Errno::SRCH
     {
-        eprintln!("signalling process group {pid:?} failed: {e}");
+        note!("signalling process group {pid:?} failed: {e}");
     }
 }
 

@@ -1,16 +1,18 @@
-//! Starting the whole stack: test API server, moto, SMTP server, webhook, controller; then
-//! seeding AWS, registering the webhook and applying the samples; then writing the env file.
+//! Starting the whole stack: the control plane (etcd, kube-apiserver, kube-controller-manager),
+//! moto, SMTP server, webhook, controller; then seeding AWS, registering the webhook and applying
+//! the samples; then writing the env file.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
+use booking_harness::control_plane;
 use booking_shared::api::{Booking, BookingScheduler, Resource, ResourceMonitor};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::admissionregistration::v1::{
-    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration, WebhookClientConfig,
 };
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -27,37 +29,71 @@ pub const SECOND_REGION: &str = "eu-west-1";
 pub const REGION: &str = booking_harness::moto::REGION;
 /// How long each process may take to become ready.
 const READY_TIMEOUT: Duration = Duration::from_secs(90);
+/// How long kube-apiserver may take to become ready (`/readyz`, the default namespace).
+const APISERVER_READY_TIMEOUT: Duration = Duration::from_secs(120);
+/// How many consecutive ports the sandbox uses from its port base.
+pub const PORT_COUNT: u16 = 9;
 
 /// Where and how the sandbox runs.
 #[derive(Debug, Clone)]
 pub struct Settings {
     /// State directory (`target/sandbox`): env file, PIDs, logs, certificates, mail.
     pub dir: PathBuf,
-    /// First of six consecutive ports on 127.0.0.1.
+    /// First of [`PORT_COUNT`] consecutive ports on 127.0.0.1 (see [`Ports`]).
     pub port_base: u16,
     /// Namespace the controller manages and the samples live in.
     pub namespace: String,
     /// AWS tag key prefix.
     pub tag_prefix: String,
-    /// Where `booking-controller`, `booking-webhook` and `kube-test-server` are.
+    /// Where `booking-controller` and `booking-webhook` are.
     pub bin_dir: PathBuf,
     /// Apply the demo samples (monitor, RDS resource, booking, scheduler).
     pub samples: bool,
 }
 
-/// The ports, in order from `port_base`.
+/// The ports, in order from `port_base`. The first six are those of the sandbox before it ran
+/// a real control plane; the control plane's own three follow.
 #[derive(Debug, Clone, Copy)]
 pub struct Ports {
+    /// kube-apiserver's secure port.
     pub api: u16,
+    /// moto.
     pub moto: u16,
+    /// The SMTP server.
     pub smtp: u16,
+    /// The webhook's HTTPS port (admission).
     pub webhook: u16,
+    /// The webhook's admin port (health, metrics).
     pub webhook_admin: u16,
+    /// The controller's admin port (health, metrics).
     pub controller_admin: u16,
+    /// etcd's client port.
+    pub etcd: u16,
+    /// etcd's peer port.
+    pub etcd_peer: u16,
+    /// kube-controller-manager's secure port.
+    pub controller_manager: u16,
+}
+
+impl Ports {
+    /// Every port with what uses it, in order.
+    pub fn all(&self) -> [(u16, &'static str); PORT_COUNT as usize] {
+        [
+            (self.api, "kube-apiserver"),
+            (self.moto, "moto"),
+            (self.smtp, "the SMTP server"),
+            (self.webhook, "the webhook's HTTPS port"),
+            (self.webhook_admin, "the webhook's admin port"),
+            (self.controller_admin, "the controller's admin port"),
+            (self.etcd, "etcd's client port"),
+            (self.etcd_peer, "etcd's peer port"),
+            (self.controller_manager, "kube-controller-manager"),
+        ]
+    }
 }
 
 impl Settings {
-    /// The six ports.
+    /// The ports, from `port_base` on.
     pub fn ports(&self) -> Ports {
         let b = self.port_base;
         Ports {
@@ -67,6 +103,9 @@ impl Settings {
             webhook: b + 3,
             webhook_admin: b + 4,
             controller_admin: b + 5,
+            etcd: b + 6,
+            etcd_peer: b + 7,
+            controller_manager: b + 8,
         }
     }
 
@@ -75,9 +114,15 @@ impl Settings {
         self.dir.join("env")
     }
 
-    /// `<dir>/kubeconfig`.
+    /// `<dir>/kubeconfig`: the control plane's admin kubeconfig (client certificate in
+    /// `system:masters`).
     pub fn kubeconfig(&self) -> PathBuf {
         self.dir.join("kubeconfig")
+    }
+
+    /// `<dir>/control-plane`: certificates, keys and etcd's data.
+    fn control_plane_dir(&self) -> PathBuf {
+        self.dir.join("control-plane")
     }
 
     /// `<dir>/mail`.
@@ -151,29 +196,29 @@ pub async fn up(s: &Settings) -> Result<UpOutcome> {
             .filter(|r| !r.alive())
             .map(|r| r.name.as_str())
             .collect();
-        eprintln!(
+        note!(
             "A previous sandbox is partly running ({} exited); stopping it first.",
             dead.join(", ")
         );
         procs::stop_all(&s.dir)?;
     }
     clean_state(&s.dir)?;
-    preflight(s)?;
-    match start(s).await {
+    let binaries = preflight(s).await?;
+    match start(s, &binaries).await {
         Ok(()) => Ok(UpOutcome::Started),
         Err(e) => {
-            eprintln!("Starting the sandbox failed; stopping what was started.");
+            note!("Starting the sandbox failed; stopping what was started.");
             if let Err(stop) = procs::stop_all(&s.dir) {
-                eprintln!("stopping failed too: {stop:#}");
+                note!("stopping failed too: {stop:#}");
             }
             Err(e)
         }
     }
 }
 
-/// Removes the state of a previous run, keeping the logs directory's parent.
+/// Removes the state of a previous run (etcd's data included), keeping the logs.
 pub fn clean_state(dir: &Path) -> Result<()> {
-    for sub in ["tls", "mail", "pids"] {
+    for sub in ["tls", "mail", "pids", "control-plane"] {
         let p = dir.join(sub);
         if p.exists() {
             std::fs::remove_dir_all(&p).with_context(|| format!("removing {}", p.display()))?;
@@ -188,13 +233,21 @@ pub fn clean_state(dir: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Checks tools and ports before starting anything.
-fn preflight(s: &Settings) -> Result<()> {
-    for bin in ["kube-test-server", "booking-webhook", "booking-controller"] {
+/// The control plane's binaries.
+pub struct Binaries {
+    /// kubectl of the control plane's release.
+    pub kubectl: PathBuf,
+}
+
+/// Checks tools and ports before starting anything, and finds (the first time: builds) the
+/// control plane's binaries.
+async fn preflight(s: &Settings) -> Result<Binaries> {
+    for bin in ["booking-webhook", "booking-controller"] {
         let path = s.bin_dir.join(bin);
         if !path.is_file() {
             bail!(
-                "{} is missing: build it with `cargo build -p {bin}` (the Makefile targets do)",
+                "{} is missing: build it with `cargo build --workspace --bins --locked` (the \
+                 Makefile targets do)",
                 path.display()
             );
         }
@@ -202,32 +255,61 @@ fn preflight(s: &Settings) -> Result<()> {
     // Both say to run `make venv` when the virtualenv is missing.
     booking_harness::paths::venv_bin("moto_server")?;
     booking_harness::paths::venv_python()?;
-    let p = s.ports();
-    let wanted = [
-        (p.api, "the test API server"),
-        (p.moto, "moto"),
-        (p.smtp, "the SMTP server"),
-        (p.webhook, "the webhook's HTTPS port"),
-        (p.webhook_admin, "the webhook's admin port"),
-        (p.controller_admin, "the controller's admin port"),
-    ];
-    for (port, what) in wanted {
+    for (port, what) in s.ports().all() {
         if let Err(e) = TcpListener::bind(("127.0.0.1", port)) {
             bail!(
                 "port 127.0.0.1:{port} (for {what}) is not available: {e}. Stop what uses it, or \
                  choose other ports with SANDBOX_PORT_BASE (now {}; the sandbox uses it and the \
-                 five ports after it)",
-                s.port_base
+                 {} ports after it)",
+                s.port_base,
+                PORT_COUNT - 1
             );
         }
     }
+    let dir = control_plane_binaries().await?;
+    for name in [
+        "etcd",
+        "kube-apiserver",
+        "kube-controller-manager",
+        "kubectl",
+    ] {
+        control_plane::binary(name)?;
+    }
+    let kubectl = dir.join("kubectl");
     if which("kubectl").is_none() {
-        eprintln!(
-            "note: kubectl is not on PATH; the sandbox runs without it, but you will want it to \
-             look around (e.g. `apt-get install kubectl`)."
+        note!(
+            "note: kubectl is not on PATH; use the control plane's own: {}",
+            kubectl.display()
         );
     }
-    Ok(())
+    Ok(Binaries { kubectl })
+}
+
+/// [`control_plane::binaries`], saying what happens when it takes long: the first time, it
+/// builds the binaries from their Go modules (its script prints each one it builds).
+async fn control_plane_binaries() -> Result<PathBuf> {
+    let task = tokio::task::spawn_blocking(control_plane::binaries);
+    tokio::pin!(task);
+    let found = tokio::select! {
+        r = &mut task => r,
+        () = tokio::time::sleep(Duration::from_secs(3)) => {
+            note!(
+                "Preparing the control plane's binaries (etcd, kube-apiserver, \
+                 kube-controller-manager, kubectl): the first run builds them from their Go \
+                 modules, about 10 minutes on 2 cores, once; they are cached in \
+                 ~/.cache/booking-operator/control-plane. KUBEBUILDER_ASSETS and TEST_ASSET_* \
+                 point at prebuilt ones instead (see tests/sandbox/README.md)."
+            );
+            let started = Instant::now();
+            let r = task.await;
+            note!(
+                "Control plane binaries ready after {:.0} s.",
+                started.elapsed().as_secs_f64() + 3.0
+            );
+            r
+        }
+    };
+    Ok(found.context("finding the control plane's binaries")??)
 }
 
 /// The path of `tool` on PATH.
@@ -239,43 +321,52 @@ pub fn which(tool: &str) -> Option<PathBuf> {
     })
 }
 
-async fn start(s: &Settings) -> Result<()> {
+async fn start(s: &Settings, binaries: &Binaries) -> Result<()> {
     let p = s.ports();
     std::fs::create_dir_all(s.mail_dir())?;
     let started = Instant::now();
 
-    // The shipped webhook configurations, and the Services they call the webhook through.
+    // The shipped webhook configurations.
     let webhook_configs = WebhookConfigs::load()?;
-    // Certificates for the webhook (rcgen): a CA and a serving certificate for 127.0.0.1 and
-    // the Services' DNS names.
-    let tls = write_webhook_certs(&s.tls_dir(), &webhook_configs.services)?;
-    let mut api_args: Vec<String> = vec![
-        "--port".into(),
-        p.api.to_string(),
-        "--https".into(),
-        "--kubeconfig-out".into(),
-        s.kubeconfig().display().to_string(),
-    ];
-    for (ns, name) in &webhook_configs.services {
-        api_args.push("--service-endpoint".into());
-        api_args.push(format!("{ns}/{name}=https://127.0.0.1:{}", p.webhook));
-    }
+    // Certificates for the webhook (rcgen): a CA and a serving certificate for 127.0.0.1, the
+    // address the API server calls it at.
+    let tls = write_webhook_certs(&s.tls_dir())?;
 
-    // 1. The test API server, resolving the webhook Service to the local HTTPS port.
-    let api = procs::spawn(
-        &s.dir,
-        1,
-        "kube-apiserver",
-        &s.bin_dir.join("kube-test-server"),
-        &api_args,
+    // The control plane: certificates, keys, etcd's data folder and the admin kubeconfig under
+    // <dir>/control-plane, each component's command line for the sandbox's ports.
+    let recipe = control_plane::Recipe::new(
+        &s.control_plane_dir(),
+        control_plane::Ports {
+            etcd: p.etcd,
+            etcd_peer: p.etcd_peer,
+            apiserver: p.api,
+            controller_manager: p.controller_manager,
+        },
         &[],
     )?;
-    // 2. moto, straight from the virtualenv (not the harness wrapper, which exits with its
+    copy_private(&recipe.kubeconfig, &s.kubeconfig())?;
+    let kubeconfig = s.kubeconfig();
+    let os_args = |args: &[std::ffi::OsString]| -> Vec<String> {
+        args.iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect()
+    };
+
+    // 1. etcd.
+    let etcd = procs::spawn(
+        &s.dir,
+        1,
+        "etcd",
+        &recipe.etcd.0,
+        &os_args(&recipe.etcd.1),
+        &[],
+    )?;
+    // 4. moto, straight from the virtualenv (not the harness wrapper, which exits with its
     //    parent).
     let moto_bin = booking_harness::paths::venv_bin("moto_server")?;
     let moto = procs::spawn(
         &s.dir,
-        2,
+        4,
         "moto",
         &moto_bin,
         &[
@@ -286,14 +377,14 @@ async fn start(s: &Settings) -> Result<()> {
         ],
         &[],
     )?;
-    // 3. The SMTP server of the harness (aiosmtpd), one file per message in MAIL_DIR.
+    // 5. The SMTP server of the harness (aiosmtpd), one file per message in MAIL_DIR.
     let python = booking_harness::paths::venv_python()?;
     let scripts = booking_harness::paths::repo_root()
         .join("tests")
         .join("python");
     let smtp = procs::spawn(
         &s.dir,
-        3,
+        5,
         "smtp",
         &python,
         &[
@@ -311,35 +402,67 @@ async fn start(s: &Settings) -> Result<()> {
         ],
         &[],
     )?;
-
-    wait_ready(&s.dir, &moto, READY_TIMEOUT, || {
-        http_ok(format!("http://127.0.0.1:{}/moto-api/", p.moto))
+    wait_ready(&s.dir, &etcd, READY_TIMEOUT, || {
+        http_ok(format!("{}/health", recipe.etcd_url))
     })
     .await?;
-    wait_ready(&s.dir, &smtp, READY_TIMEOUT, || tcp_ok(p.smtp)).await?;
-    let kubeconfig = s.kubeconfig();
-    let client = wait_ready(&s.dir, &api, READY_TIMEOUT, || kube_client(&kubeconfig)).await?;
 
-    // Seed AWS while the rest starts.
-    seed_aws(s).await.context("seeding moto")?;
-
-    // CRDs, namespaces.
-    apply_crds(&client).await?;
-    let namespaces = std::iter::once(s.namespace.as_str())
-        .chain(webhook_configs.services.iter().map(|(ns, _)| ns.as_str()));
-    for ns in namespaces {
-        create(
-            &Api::<Namespace>::all(client.clone()),
-            &serde_json::from_value(json!({"metadata": {"name": ns}}))?,
-        )
+    // 2. kube-apiserver on etcd; moto is seeded while it starts.
+    let api = procs::spawn(
+        &s.dir,
+        2,
+        "kube-apiserver",
+        &recipe.apiserver.0,
+        &os_args(&recipe.apiserver.1),
+        &[],
+    )?;
+    let api_ready = async {
+        wait_ready(&s.dir, &api, APISERVER_READY_TIMEOUT, || async {
+            control_plane::probe_ready(&kubeconfig)
+                .await
+                .map_err(|e| anyhow!(e))
+        })
         .await?;
-    }
+        note!(
+            "kube-apiserver ready {:.1} s after the start.",
+            started.elapsed().as_secs_f64()
+        );
+        kube_client(&kubeconfig).await
+    };
+    let aws_ready = async {
+        wait_ready(&s.dir, &moto, READY_TIMEOUT, || {
+            http_ok(format!("http://127.0.0.1:{}/moto-api/", p.moto))
+        })
+        .await?;
+        wait_ready(&s.dir, &smtp, READY_TIMEOUT, || tcp_ok(p.smtp)).await?;
+        seed_aws(s).await.context("seeding moto")
+    };
+    let (client, ()) = tokio::try_join!(api_ready, aws_ready)?;
 
-    // 4. The webhook, exactly as in production but for its addresses and certificate files.
+    // 3. kube-controller-manager (namespace deletion, garbage collection), once the API server
+    //    it authenticates against is ready.
+    let controller_manager = procs::spawn(
+        &s.dir,
+        3,
+        "kube-controller-manager",
+        &recipe.controller_manager.0,
+        &os_args(&recipe.controller_manager.1),
+        &[],
+    )?;
+
+    // CRDs, the namespace.
+    apply_crds(&client).await?;
+    create(
+        &Api::<Namespace>::all(client.clone()),
+        &serde_json::from_value(json!({"metadata": {"name": s.namespace}}))?,
+    )
+    .await?;
+
+    // 6. The webhook, exactly as in production but for its addresses and certificate files.
     let kube_env = vec![("KUBECONFIG".to_owned(), kubeconfig.display().to_string())];
     let webhook = procs::spawn(
         &s.dir,
-        4,
+        6,
         "webhook",
         &s.bin_dir.join("booking-webhook"),
         &[],
@@ -365,9 +488,15 @@ async fn start(s: &Settings) -> Result<()> {
         http_ok(format!("http://127.0.0.1:{}/readyz", p.webhook_admin))
     })
     .await?;
-    webhook_configs.register(&client, &tls.ca_pem).await?;
+    webhook_configs
+        .register(
+            &client,
+            &format!("https://127.0.0.1:{}", p.webhook),
+            &tls.ca_pem,
+        )
+        .await?;
 
-    // 5. The controller.
+    // 7. The controller.
     let mut controller_env: Vec<(String, String)> = s
         .env_vars()
         .into_iter()
@@ -407,7 +536,7 @@ async fn start(s: &Settings) -> Result<()> {
     );
     let controller = procs::spawn(
         &s.dir,
-        5,
+        7,
         "controller",
         &s.bin_dir.join("booking-controller"),
         &[],
@@ -417,13 +546,31 @@ async fn start(s: &Settings) -> Result<()> {
         http_ok(format!("http://127.0.0.1:{}/readyz", p.controller_admin))
     })
     .await?;
+    wait_ready(&s.dir, &controller_manager, READY_TIMEOUT, || {
+        tcp_ok(p.controller_manager)
+    })
+    .await?;
 
     if s.samples {
         apply_samples(s, &client).await?;
     }
-    write_env_file(s)?;
-    eprintln!("Sandbox ready in {:.0} s.", started.elapsed().as_secs_f64());
+    write_env_file(s, binaries)?;
+    note!("Sandbox ready in {:.0} s.", started.elapsed().as_secs_f64());
     Ok(())
+}
+
+/// Copies `from` to `to`, readable by the owner only (a kubeconfig holds a private key).
+fn copy_private(from: &Path, to: &Path) -> Result<()> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let text = std::fs::read(from).with_context(|| format!("reading {}", from.display()))?;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(to)
+        .with_context(|| format!("writing {}", to.display()))?;
+    std::io::Write::write_all(&mut f, &text).with_context(|| format!("writing {}", to.display()))
 }
 
 struct WebhookTls {
@@ -432,7 +579,7 @@ struct WebhookTls {
     key: PathBuf,
 }
 
-fn write_webhook_certs(dir: &Path, services: &BTreeSet<(String, String)>) -> Result<WebhookTls> {
+fn write_webhook_certs(dir: &Path) -> Result<WebhookTls> {
     use rcgen::{
         BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose,
         IsCa, KeyPair, KeyUsagePurpose,
@@ -449,12 +596,7 @@ fn write_webhook_certs(dir: &Path, services: &BTreeSet<(String, String)>) -> Res
         KeyUsagePurpose::DigitalSignature,
     ];
     let issuer = CertifiedIssuer::self_signed(ca, KeyPair::generate()?)?;
-    let mut names = vec!["127.0.0.1".to_owned(), "localhost".to_owned()];
-    for (ns, name) in services {
-        names.push(format!("{name}.{ns}.svc"));
-        names.push(format!("{name}.{ns}.svc.cluster.local"));
-    }
-    let mut leaf = CertificateParams::new(names)?;
+    let mut leaf = CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])?;
     leaf.distinguished_name
         .push(DnType::CommonName, "booking-webhook");
     leaf.is_ca = IsCa::ExplicitNoCa;
@@ -659,10 +801,32 @@ where
     }
 }
 
+/// Creates the CRDs and waits until the API server serves them (condition `Established`).
 async fn apply_crds(client: &kube::Client) -> Result<()> {
     let api = Api::<CustomResourceDefinition>::all(client.clone());
-    for crd in booking_shared::crd::all() {
-        create(&api, &crd).await?;
+    let crds = booking_shared::crd::all();
+    for crd in &crds {
+        create(&api, crd).await?;
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    for crd in &crds {
+        let name = crd.metadata.name.clone().unwrap_or_default();
+        loop {
+            let established = api.get_opt(&name).await?.is_some_and(|c| {
+                c.status
+                    .and_then(|st| st.conditions)
+                    .unwrap_or_default()
+                    .iter()
+                    .any(|c| c.type_ == "Established" && c.status == "True")
+            });
+            if established {
+                break;
+            }
+            if Instant::now() > deadline {
+                bail!("CustomResourceDefinition {name} not established within 60 s");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
     Ok(())
 }
@@ -671,8 +835,6 @@ async fn apply_crds(client: &kube::Client) -> Result<()> {
 struct WebhookConfigs {
     mutating: Vec<MutatingWebhookConfiguration>,
     validating: Vec<ValidatingWebhookConfiguration>,
-    /// (namespace, name) of every Service their webhooks call.
-    services: BTreeSet<(String, String)>,
 }
 
 impl WebhookConfigs {
@@ -684,7 +846,6 @@ impl WebhookConfigs {
         let mut out = WebhookConfigs {
             mutating: Vec::new(),
             validating: Vec::new(),
-            services: BTreeSet::new(),
         };
         for doc in serde_yaml::Deserializer::from_str(&text) {
             let value = serde_yaml::Value::deserialize(doc)?;
@@ -698,23 +859,11 @@ impl WebhookConfigs {
                 "MutatingWebhookConfiguration" => {
                     let c: MutatingWebhookConfiguration = serde_json::from_value(json)
                         .with_context(|| format!("reading {}", path.display()))?;
-                    for w in c.webhooks.iter().flatten() {
-                        if let Some(svc) = &w.client_config.service {
-                            out.services
-                                .insert((svc.namespace.clone(), svc.name.clone()));
-                        }
-                    }
                     out.mutating.push(c);
                 }
                 "ValidatingWebhookConfiguration" => {
                     let c: ValidatingWebhookConfiguration = serde_json::from_value(json)
                         .with_context(|| format!("reading {}", path.display()))?;
-                    for w in c.webhooks.iter().flatten() {
-                        if let Some(svc) = &w.client_config.service {
-                            out.services
-                                .insert((svc.namespace.clone(), svc.name.clone()));
-                        }
-                    }
                     out.validating.push(c);
                 }
                 "" => {}
@@ -727,20 +876,32 @@ impl WebhookConfigs {
         Ok(out)
     }
 
-    /// Registers them with the sandbox CA as their `caBundle`.
-    async fn register(&self, client: &kube::Client, ca_pem: &str) -> Result<()> {
+    /// Registers them as shipped, but for where the API server calls the webhook: the
+    /// Service reference of each webhook becomes `clientConfig.url` at `base` (the local
+    /// webhook, `https://127.0.0.1:<port>`) with the Service's path, and the sandbox CA is the
+    /// `caBundle`. The API server here has no cluster network to reach a Service through.
+    async fn register(&self, client: &kube::Client, base: &str, ca_pem: &str) -> Result<()> {
         let bundle = ByteString(ca_pem.as_bytes().to_vec());
+        let local = |config: &mut WebhookClientConfig| -> Result<()> {
+            let service = config
+                .service
+                .take()
+                .context("a shipped webhook calls no Service")?;
+            config.url = Some(format!("{base}{}", service.path.unwrap_or_default()));
+            config.ca_bundle = Some(bundle.clone());
+            Ok(())
+        };
         for c in &self.mutating {
             let mut c = c.clone();
             for w in c.webhooks.iter_mut().flatten() {
-                w.client_config.ca_bundle = Some(bundle.clone());
+                local(&mut w.client_config)?;
             }
             create(&Api::all(client.clone()), &c).await?;
         }
         for c in &self.validating {
             let mut c = c.clone();
             for w in c.webhooks.iter_mut().flatten() {
-                w.client_config.ca_bundle = Some(bundle.clone());
+                local(&mut w.client_config)?;
             }
             create(&Api::all(client.clone()), &c).await?;
         }
@@ -878,9 +1039,10 @@ fn shell_value(v: &str) -> String {
     }
 }
 
-fn write_env_file(s: &Settings) -> Result<()> {
+fn write_env_file(s: &Settings, binaries: &Binaries) -> Result<()> {
     let mut text = String::new();
-    for (k, v) in s.env_vars() {
+    let kubectl = ("KUBECTL", binaries.kubectl.display().to_string());
+    for (k, v) in s.env_vars().into_iter().chain([kubectl]) {
         text.push_str(&format!("{k}={}\n", shell_value(&v)));
     }
     let tmp = s.dir.join("env.tmp");

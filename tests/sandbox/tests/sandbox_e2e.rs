@@ -1,6 +1,8 @@
-//! End to end through the sandbox as a user drives it: `booking-sandbox up`, then only the env
-//! file, kubectl and an AWS client to book a group and watch its instances start and stop,
-//! then `booking-sandbox down`, checking nothing is left running.
+//! End to end through the sandbox as a user drives it, on its real control plane (etcd,
+//! kube-apiserver, kube-controller-manager): `booking-sandbox up`, then only the env file,
+//! kubectl and an AWS client to book a group and watch its instances start and stop, then
+//! `booking-sandbox down`, checking nothing is left running; and `booking-sandbox demo` stopped
+//! by Ctrl-C, also after its output pipe was closed.
 
 use std::collections::BTreeMap;
 use std::io::Write as _;
@@ -10,8 +12,14 @@ use std::time::{Duration, Instant};
 
 const SANDBOX: &str = env!("CARGO_BIN_EXE_booking-sandbox");
 
-/// The sandbox of one test: a state directory and a block of six free ports; `down` on drop
-/// so that a failing test leaves nothing running.
+/// How many consecutive ports one sandbox uses.
+const PORTS: u16 = 9;
+/// How many processes a sandbox records: etcd, kube-apiserver, kube-controller-manager, moto,
+/// SMTP, webhook, controller.
+const PROCESSES: usize = 7;
+
+/// The sandbox of one test: a state directory and a block of free ports; `down` on drop so
+/// that a failing test leaves nothing running.
 struct Sandbox {
     dir: tempfile::TempDir,
     port_base: u16,
@@ -25,7 +33,7 @@ impl Sandbox {
             .expect("temporary directory");
         Sandbox {
             dir,
-            port_base: free_port_block(6),
+            port_base: free_port_block(PORTS),
         }
     }
 
@@ -255,12 +263,32 @@ async fn sandbox_up_book_a_group_then_down() {
             .contains("BEGIN CERTIFICATE")
     );
     let pids = recorded_pids(sandbox.dir.path());
-    assert_eq!(pids.len(), 5, "{pids:?}");
+    assert_eq!(pids.len(), PROCESSES, "{pids:?}");
 
     // Idempotent: a second `up` finds it running and starts nothing.
     let again = sandbox.run_ok(&["up"]);
     assert!(again.contains("already running"), "{again}");
     assert_eq!(recorded_pids(sandbox.dir.path()), pids);
+
+    // The env file's KUBECTL is the control plane's own release (v1.37.2 unless the binaries
+    // come from KUBEBUILDER_ASSETS / TEST_ASSET_*), the API server's.
+    let version = Command::new(&env["KUBECTL"])
+        .args(["version", "-o", "json"])
+        .env("KUBECONFIG", &env["KUBECONFIG"])
+        .output()
+        .expect("running the env file's KUBECTL");
+    assert!(
+        version.status.success(),
+        "{}",
+        String::from_utf8_lossy(&version.stderr)
+    );
+    let version: serde_json::Value =
+        serde_json::from_slice(&version.stdout).expect("kubectl version -o json");
+    let server = version["serverVersion"]["gitVersion"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(server.starts_with("v1."), "{version}");
+    assert_eq!(server, version["clientVersion"]["gitVersion"], "{version}");
 
     let ns = env["NAMESPACE"].as_str();
     // The ResourceMonitor created the Resource for the free group.
@@ -372,7 +400,7 @@ async fn sandbox_up_book_a_group_then_down() {
     for (name, pid) in &pids {
         assert!(!pid_alive(*pid), "{name} (pid {pid}) still runs after down");
     }
-    for p in sandbox.port_base..sandbox.port_base + 6 {
+    for p in sandbox.port_base..sandbox.port_base + PORTS {
         // The listeners are closed (a process of the sandbox would hold them).
         assert!(
             std::net::TcpListener::bind(("127.0.0.1", p)).is_ok(),
@@ -434,7 +462,7 @@ async fn demo_shows_the_booking_running_and_stops_everything_on_ctrl_c() {
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     let pids = recorded_pids(sandbox.dir.path());
-    assert_eq!(pids.len(), 5, "{pids:?}");
+    assert_eq!(pids.len(), PROCESSES, "{pids:?}");
 
     // Ctrl-C: the demo stops everything it started and exits successfully.
     let sent = Command::new("kill")
@@ -460,6 +488,92 @@ async fn demo_shows_the_booking_running_and_stops_everything_on_ctrl_c() {
         assert!(
             !pid_alive(*pid),
             "{name} (pid {pid}) still runs after the demo"
+        );
+    }
+    assert!(
+        !sandbox.dir.path().join("env").exists(),
+        "env file left behind"
+    );
+}
+
+/// `make demo 2>&1 | tee demo.log`, then Ctrl-C: the terminal's SIGINT reaches `tee` too, so the
+/// demo's output pipe is gone when it starts stopping. It must still stop everything it started
+/// (it neither panics on the failed write nor dies of SIGPIPE).
+#[tokio::test(flavor = "multi_thread")]
+async fn demo_stops_everything_when_its_output_pipe_closes_and_ctrl_c_comes() {
+    use std::io::Read as _;
+    let sandbox = Sandbox::new();
+    let err_path = sandbox.dir.path().join("demo.err");
+    let err = std::fs::File::create(&err_path).expect("demo stderr file");
+    let mut demo = Command::new(SANDBOX)
+        .arg("demo")
+        .arg("--dir")
+        .arg(sandbox.dir.path())
+        .arg("--port-base")
+        .arg(sandbox.port_base.to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(err)
+        .spawn()
+        .expect("starting the demo");
+    // Read the pipe until the first frame of the view, then close its read end (the reader
+    // thread drops it), as `tee` does when Ctrl-C ends it.
+    let mut stdout = demo.stdout.take().expect("demo stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut seen = Vec::new();
+        let mut buf = [0u8; 4096];
+        loop {
+            match stdout.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => seen.extend_from_slice(&buf[..n]),
+            }
+            if String::from_utf8_lossy(&seen).contains("Booking sandbox — ") {
+                break;
+            }
+        }
+        drop(stdout);
+        let _ = tx.send(String::from_utf8_lossy(&seen).into_owned());
+    });
+    let seen = rx
+        .recv_timeout(Duration::from_secs(600))
+        .expect("the demo printed nothing within 10 minutes");
+    assert!(
+        seen.contains("Booking sandbox — "),
+        "the demo ended before showing its view:\n{seen}\n{}\n{}",
+        std::fs::read_to_string(&err_path).unwrap_or_default(),
+        sandbox.logs()
+    );
+    let pids = recorded_pids(sandbox.dir.path());
+    assert_eq!(pids.len(), PROCESSES, "{pids:?}");
+
+    let sent = Command::new("kill")
+        .args(["-INT", &demo.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(sent.success());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = demo.try_wait().expect("demo status") {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the demo did not stop after its pipe closed and SIGINT"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let err_text = std::fs::read_to_string(&err_path).unwrap_or_default();
+    assert!(
+        status.success(),
+        "demo failed ({status}):\n{err_text}\n{}",
+        sandbox.logs()
+    );
+    assert!(!err_text.contains("panicked"), "{err_text}");
+    for (name, pid) in &pids {
+        assert!(
+            !pid_alive(*pid),
+            "{name} (pid {pid}) still runs after the demo:\n{err_text}"
         );
     }
     assert!(
