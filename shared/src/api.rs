@@ -49,7 +49,7 @@ pub const DEFAULT_NOTIFICATION_LEAD_MINUTES: u32 = 20;
     printcolumn = r#"{"name":"STATUS","type":"string","jsonPath":".status.status"}"#,
     printcolumn = r#"{"name":"AGE","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
-#[x_kube(validation = Rule::new("self.end_at > self.start_at")
+#[x_kube(validation = Rule::new(end_after_start_rule())
     .message("end_at must be after start_at: bookings are the half-open interval [start_at, end_at)")
     .field_path(".end_at")
     .reason(Reason::FieldValueInvalid))]
@@ -451,11 +451,52 @@ pub struct BookingSchedulerStatus {
 // Schema helpers
 // ---------------------------------------------------------------------------------------------
 
+/// The timestamps a Booking's `start_at` and `end_at` may hold, as an RE2 pattern (what CEL's
+/// `matches` speaks): `YYYY-MM-DDTHH:MM:SS[.fraction](Z|±HH:MM)` with an upper-case `T` and `Z`,
+/// the offset with its colon, and a year from 1000 to 9998. The same set as
+/// [`crate::time::parse_rfc3339`] accepts once the calendar is checked too.
+///
+/// Why the schema does not simply say `format: date-time`: the API server's format check
+/// answers `must be of type date-time` without saying what the right form is, skips every CEL
+/// rule of the object, and lets through values (a lower-case `t` or `z`) that its CEL runtime
+/// then cannot convert, so the object's rules fail with an evaluation error on the wrong field.
+/// The years keep every instant, whatever its offset, inside CEL's timestamp range (years 1 to
+/// 9999): beyond it, `timestamp()` fails with an overflow.
+pub const RFC3339_PATTERN: &str = r"^([1-8][0-9]{3}|9[0-8][0-9]{2}|99[0-8][0-9]|999[0-8])-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]+)?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$";
+
+/// What the CRD answers for a `start_at` or `end_at` that is not an RFC 3339 timestamp; the API
+/// server prints it after the field's path and the value, e.g. `spec.start_at: Invalid value:
+/// "2031-05-01T10:00:00+0100": must be …`.
+pub const RFC3339_MESSAGE: &str = "must be an RFC 3339 timestamp with seconds and an explicit offset, written like 2031-01-10T22:35:00Z or 2031-01-10T23:35:00+01:00 (upper-case T and Z, the offset with its colon)";
+
+/// CEL: whether the string `value` (an expression) is a timestamp of [`RFC3339_PATTERN`] on a
+/// real calendar date (`format.datetime()` rejects February 30). When it holds, CEL's
+/// `timestamp(value)` cannot fail.
+fn cel_is_rfc3339(value: &str) -> String {
+    let pattern = RFC3339_PATTERN.replace('\\', "\\\\");
+    format!("{value}.matches('{pattern}') && !format.datetime().validate({value}).hasValue()")
+}
+
+/// CEL of the Booking spec: `end_at` after `start_at`, compared as instants (offsets differ).
+/// Evaluated only when both are timestamps, so the rule never fails with an evaluation error;
+/// an unreadable time is reported by its own field's rule instead.
+fn end_after_start_rule() -> String {
+    format!(
+        "!({} && {}) || timestamp(self.end_at) > timestamp(self.start_at)",
+        cel_is_rfc3339("self.start_at"),
+        cel_is_rfc3339("self.end_at")
+    )
+}
+
 fn rfc3339_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     schemars::json_schema!({
         "type": "string",
-        "format": "date-time",
         "maxLength": 64,
+        "x-kubernetes-validations": [{
+            "rule": cel_is_rfc3339("self"),
+            "message": RFC3339_MESSAGE,
+            "reason": "FieldValueInvalid",
+        }],
     })
 }
 

@@ -14,6 +14,36 @@ pub fn all() -> Vec<CustomResourceDefinition> {
         Booking::crd(),
         BookingScheduler::crd(),
     ]
+    .into_iter()
+    .map(without_unknown_formats)
+    .collect()
+}
+
+/// Formats of OpenAPI integers that the API server knows. schemars writes `format: uint32` for
+/// `u32` fields (their `minimum: 0` says the same), which the API server does not know: it
+/// answers every create or update of such a CRD with `Warning: unrecognized format "uint32"`.
+const KNOWN_INTEGER_FORMATS: [&str; 2] = ["int32", "int64"];
+
+fn without_unknown_formats(crd: CustomResourceDefinition) -> CustomResourceDefinition {
+    fn walk(v: &mut serde_json::Value) {
+        match v {
+            serde_json::Value::Object(m) => {
+                let unknown = m.get("type").and_then(|t| t.as_str()) == Some("integer")
+                    && m.get("format")
+                        .and_then(|f| f.as_str())
+                        .is_some_and(|f| !KNOWN_INTEGER_FORMATS.contains(&f));
+                if unknown {
+                    m.remove("format");
+                }
+                m.values_mut().for_each(walk);
+            }
+            serde_json::Value::Array(a) => a.iter_mut().for_each(walk),
+            _ => {}
+        }
+    }
+    let mut v = serde_json::to_value(&crd).expect("a CRD serialises");
+    walk(&mut v);
+    serde_json::from_value(v).expect("a CRD without some formats is still a CRD")
 }
 
 /// The file name a CRD is committed under: `<plural>.<group>.yaml`.

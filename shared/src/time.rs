@@ -1,7 +1,7 @@
 //! Pure time rules: RFC 3339 parsing, booking phases and overlaps. No I/O; the clock is always a
 //! parameter.
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, Datelike as _, Timelike as _, Utc};
 
 use crate::api::{BookingPhase, BookingSpec};
 
@@ -21,9 +21,12 @@ pub struct TimestampError {
 
 /// Parses an RFC 3339 timestamp (`YYYY-MM-DDTHH:MM:SS[.frac](Z|±HH:MM)`) into UTC.
 ///
-/// Any offset and any number of fractional digits are accepted; the date/time separator must be
-/// `T` (or `t`), as in RFC 3339's grammar and in Kubernetes' own timestamps. `field` is used in
-/// the error, which names the field, the value and the expected form.
+/// Any offset and any number of fractional digits are accepted. Accepted are exactly the values
+/// the Booking CRD admits ([`crate::api::RFC3339_PATTERN`] on a real calendar date), which are
+/// those Kubernetes itself reads as timestamps: the `T` and the `Z` upper-case (RFC 3339 allows
+/// lower case, Kubernetes' parser does not), the offset with its colon, and a year from 1000 to
+/// 9998 (every instant then lies inside the API server's CEL timestamp range). `field` is used
+/// in the error, which names the field, the value and the expected form.
 pub fn parse_rfc3339(field: &str, value: &str) -> Result<DateTime<Utc>, TimestampError> {
     let err = |reason: &str| TimestampError {
         field: field.to_owned(),
@@ -33,25 +36,52 @@ pub fn parse_rfc3339(field: &str, value: &str) -> Result<DateTime<Utc>, Timestam
     if value.trim().is_empty() {
         return Err(err("it is empty"));
     }
-    if value.len() > 10 && !matches!(value.as_bytes()[10], b'T' | b't') {
+    let bytes = value.as_bytes();
+    if bytes.len() > 10 && bytes[10] == b't' {
+        return Err(err("the 'T' between date and time must be upper-case"));
+    }
+    if bytes.len() > 10 && bytes[10] != b'T' {
         return Err(err("date and time must be separated by 'T'"));
     }
-    DateTime::parse_from_rfc3339(value)
-        .map(|t| t.with_timezone(&Utc))
-        .map_err(|e| {
-            let reason = match e.kind() {
-                chrono::format::ParseErrorKind::OutOfRange => {
-                    "a field is out of range, e.g. an impossible date such as February 30"
-                        .to_owned()
-                }
-                chrono::format::ParseErrorKind::TooShort => {
-                    "it is incomplete: seconds and a time zone offset (Z or ±HH:MM) are required"
-                        .to_owned()
-                }
-                _ => e.to_string(),
-            };
-            err(&reason)
-        })
+    if bytes.len() > 19 && value.ends_with('z') {
+        return Err(err("the 'Z' of UTC must be upper-case"));
+    }
+    if let Some(fixed) = offset_with_colon(value) {
+        return Err(err(&format!("the offset needs its colon, as in {fixed}")));
+    }
+    let parsed = DateTime::parse_from_rfc3339(value).map_err(|e| {
+        let reason = match e.kind() {
+            chrono::format::ParseErrorKind::OutOfRange => {
+                "a field is out of range, e.g. an impossible date such as February 30".to_owned()
+            }
+            chrono::format::ParseErrorKind::TooShort => {
+                "it is incomplete: seconds and a time zone offset (Z or ±HH:MM) are required"
+                    .to_owned()
+            }
+            _ => e.to_string(),
+        };
+        err(&reason)
+    })?;
+    // chrono reads a year of four digits; the CRD's rule admits 1000 to 9998.
+    if !(1000..=9998).contains(&parsed.year()) {
+        return Err(err("the year must be between 1000 and 9998"));
+    }
+    // chrono reads `:60` as a leap second; Kubernetes does not.
+    if parsed.nanosecond() >= 1_000_000_000 {
+        return Err(err("a leap second (:60) cannot be written; use :59"));
+    }
+    Ok(parsed.with_timezone(&Utc))
+}
+
+/// `value` with a colon put into its offset, when it ends in an offset written without one
+/// (`+0100`, `-0530`) after a time with seconds: what the user most likely meant.
+fn offset_with_colon(value: &str) -> Option<String> {
+    let (head, offset) = value.split_at_checked(value.len().checked_sub(5)?)?;
+    let sign = offset.as_bytes()[0];
+    let digits = &offset[1..];
+    let after_seconds = head.len() >= 19 && head.as_bytes()[head.len() - 1].is_ascii_digit();
+    ((sign == b'+' || sign == b'-') && digits.bytes().all(|b| b.is_ascii_digit()) && after_seconds)
+        .then(|| format!("{head}{}{}:{}", sign as char, &digits[..2], &digits[2..]))
 }
 
 /// Formats an instant as RFC 3339 UTC with second precision (`2031-01-10T22:35:00Z`), or with

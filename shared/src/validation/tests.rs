@@ -110,6 +110,65 @@ fn booking_table() {
             warnings: 0,
         },
         Case {
+            what: "offset without its colon: the field and the corrected value",
+            spec: booking("2031-05-01T10:00:00+0100", "2031-05-01T12:00:00+01:00"),
+            policy: Policy::default(),
+            denied: Some((
+                "spec.start_at",
+                &[
+                    "spec.start_at",
+                    "\"2031-05-01T10:00:00+0100\"",
+                    "RFC 3339",
+                    "2031-05-01T10:00:00+01:00",
+                ],
+            )),
+            warnings: 0,
+        },
+        Case {
+            what: "end offset without its colon names end_at, not start_at",
+            spec: booking("2031-05-01T10:00:00+01:00", "2031-05-01T12:00:00-0530"),
+            policy: Policy::default(),
+            denied: Some((
+                "spec.end_at",
+                &["spec.end_at", "RFC 3339", "2031-05-01T12:00:00-05:30"],
+            )),
+            warnings: 0,
+        },
+        Case {
+            what: "lower-case t, which Kubernetes cannot read as a timestamp",
+            spec: booking("2031-05-01t10:00:00Z", "2031-05-01T12:00:00Z"),
+            policy: Policy::default(),
+            denied: Some((
+                "spec.start_at",
+                &["spec.start_at", "upper-case", "RFC 3339"],
+            )),
+            warnings: 0,
+        },
+        Case {
+            what: "lower-case z",
+            spec: booking("2031-05-01T10:00:00Z", "2031-05-01T12:00:00z"),
+            policy: Policy::default(),
+            denied: Some(("spec.end_at", &["spec.end_at", "upper-case", "RFC 3339"])),
+            warnings: 0,
+        },
+        Case {
+            what: "a year beyond the API server's timestamp range",
+            spec: booking("2031-05-01T10:00:00Z", "9999-12-31T23:00:00-05:00"),
+            policy: Policy::default(),
+            denied: Some(("spec.end_at", &["spec.end_at", "9998"])),
+            warnings: 0,
+        },
+        Case {
+            what: "fractional seconds and offsets are fine",
+            spec: booking(
+                "2031-05-01T10:00:00.123456789+01:00",
+                "1000-01-01T00:00:00Z",
+            ),
+            policy: Policy::default(),
+            denied: Some(("spec.end_at", &["end_at", "after"])),
+            warnings: 0,
+        },
+        Case {
             what: "end not RFC 3339",
             spec: booking("2031-01-10T22:35:00Z", "tomorrow"),
             policy: Policy::default(),

@@ -1,32 +1,36 @@
-//! End to end: every case of `../shared/cases/admission/` through the real `kubectl`, against
-//! the in-repo Kubernetes API test server, with the real `booking-webhook` binary registered by
-//! the project's own webhook configurations (`manifests/webhook/`).
+//! End to end: every case of `../shared/cases/admission/` through the real `kubectl`, against a
+//! real kube-apiserver (with etcd and kube-controller-manager) that calls the real
+//! `booking-webhook` binary, registered by the project's own webhook configurations
+//! (`manifests/webhook/`) with only their Service reference replaced by the local webhook's URL.
+//!
+//! Every test here starts a control plane of its own rather than using the run's shared one: the
+//! webhook configurations are cluster-wide, so on a shared API server they would intercept (and,
+//! failing closed for Bookings, refuse while this test's webhook is stopped) the Bookings of
+//! every other test.
 //!
 //! The case format is documented in `../shared/cases/README.md`. The runner reads every
 //! `*.yaml` file of the folder (cases are added over time), gives each case fresh namespaces,
-//! and fails — never skips — when anything it needs is missing: the cases folder, `kubectl`, the
-//! webhook binary, or a key of a case it does not understand.
+//! and fails — never skips — when anything it needs is missing: the cases folder, the control
+//! plane's binaries, the webhook binary, or a key of a case it does not understand.
 
 use std::{
     collections::BTreeMap,
     path::{Path, PathBuf},
     process::Stdio,
-    time::Duration,
+    time::{Duration, Instant},
 };
 
-use base64::Engine as _;
 use booking_harness::{
-    TestDir, free_port,
+    TestDir,
+    control_plane::{self, ControlPlane, ControlPlaneOptions},
+    free_port,
     process::{ManagedProcess, ProcessBuilder, Readiness},
+    tls::TestCa,
 };
 use chrono::{DateTime, Utc};
-use kube_test_server::{Options, TestServer, TokenUser};
 use serde::Deserialize;
 use serde_json::Value;
 use tokio::io::AsyncWriteExt;
-
-/// Namespace and Service of the webhook named by the manifests.
-const WEBHOOK_SERVICE: &str = "resource-booking-operator-system/booking-webhook";
 
 // === The case format ==========================================================================
 
@@ -116,9 +120,18 @@ fn substitute_times(text: &str, now: DateTime<Utc>) -> Result<String, String> {
 
 // === The system under test ====================================================================
 
+/// The user the cases act as: impersonated by the admin in `system:masters`, so that the API
+/// server authorizes the requests as a cluster admin and sends the webhook the user's name and
+/// groups in `userInfo`.
+const CASE_USER: (&str, &str) = ("ann", "system:masters");
+
 struct System {
-    server: TestServer,
-    webhook: ManagedProcess,
+    /// Stopped first (fields drop in order), while the API server it watches still runs.
+    webhook: Option<ManagedProcess>,
+    /// Names of the registered webhooks, as the API server quotes them in denials.
+    webhook_names: Vec<String>,
+    /// Stops kube-controller-manager, kube-apiserver and etcd when dropped.
+    plane: ControlPlane,
     dir: TestDir,
 }
 
@@ -160,51 +173,57 @@ fn webhook_binary() -> PathBuf {
     bin
 }
 
-async fn start_system() -> System {
-    let dir = TestDir::new("admission-cases").expect("a test directory");
-    let webhook_bin = webhook_binary();
-
-    // The serving certificate, for the name the test server calls it by.
-    let cert = rcgen::generate_simple_self_signed(vec![
-        "localhost".to_owned(),
-        "booking-webhook.resource-booking-operator-system.svc".to_owned(),
-    ])
-    .expect("a generated certificate");
-    let cert_pem = cert.cert.pem();
-    std::fs::write(dir.join("tls.crt"), &cert_pem).unwrap();
-    std::fs::write(dir.join("tls.key"), cert.signing_key.serialize_pem()).unwrap();
-
-    let port = free_port().expect("a free port");
-    let admin_port = free_port().expect("a free port");
-    let server = TestServer::start(Options {
-        service_endpoints: [(
-            WEBHOOK_SERVICE.to_owned(),
-            format!("https://localhost:{port}"),
-        )]
-        .into(),
-        https: true,
-        users: vec![TokenUser::new("ann", &["system:masters"])],
-        ..Options::default()
-    })
-    .await
-    .expect("the test API server starts");
-    let kubeconfig = server.kubeconfig_path().to_owned();
-
-    // CRDs and webhook configurations, applied with kubectl as an operator would.
-    let root = booking_tests::repo_root();
-    let out = kubectl(
-        &kubeconfig,
-        &[
-            "apply",
-            "-f",
-            &root.join("manifests/crds").to_string_lossy(),
-        ],
-        None,
-    )
-    .await;
+/// A control plane of the test's own with the CRDs installed, as an operator installs them
+/// (`kubectl apply -f manifests/crds`), and established; no webhook yet.
+async fn start_cluster(label: &str) -> System {
+    let dir = TestDir::new(label).expect("a test directory");
+    let started = Instant::now();
+    let plane = ControlPlane::start(&dir, ControlPlaneOptions::default())
+        .await
+        .expect("the control plane starts");
+    eprintln!(
+        "control plane at {} ready in {:.1} s",
+        plane.url(),
+        started.elapsed().as_secs_f64()
+    );
+    let system = System {
+        webhook: None,
+        webhook_names: Vec::new(),
+        plane,
+        dir,
+    };
+    let crds = booking_tests::repo_root().join("manifests/crds");
+    let out = system
+        .kubectl_admin(&["apply", "-f", &crds.to_string_lossy()], None)
+        .await;
     assert!(out.ok, "installing the CRDs failed:\n{}", out.stderr);
-    let ca_bundle = base64::engine::general_purpose::STANDARD.encode(cert_pem.as_bytes());
-    let manifests = root.join("manifests/webhook/webhook-configurations.yaml");
+    assert!(
+        warnings(&out.stderr).is_empty(),
+        "the API server warns about the CRDs:\n{}",
+        out.stderr
+    );
+    let out = system
+        .kubectl_admin(
+            &[
+                "wait",
+                "--for=condition=Established",
+                "--timeout=60s",
+                "-f",
+                &crds.to_string_lossy(),
+            ],
+            None,
+        )
+        .await;
+    assert!(out.ok, "the CRDs are not established:\n{}", out.stderr);
+    system
+}
+
+/// The shipped webhook configurations with each webhook's Service reference replaced by
+/// `https://127.0.0.1:<port><the path the Service reference named>` and `ca_bundle`; nothing
+/// else changed.
+fn local_webhook_configurations(port: u16, ca_bundle: &str) -> Vec<Value> {
+    let manifests =
+        booking_tests::repo_root().join("manifests/webhook/webhook-configurations.yaml");
     let mut configs = booking_tests::read_yaml_documents(&manifests);
     assert!(
         !configs.is_empty(),
@@ -213,47 +232,121 @@ async fn start_system() -> System {
     );
     for config in &mut configs {
         for webhook in config["webhooks"].as_array_mut().expect("webhooks") {
-            webhook["clientConfig"]["caBundle"] = Value::String(ca_bundle.clone());
+            let client = &mut webhook["clientConfig"];
+            let path = client["service"]["path"]
+                .as_str()
+                .unwrap_or_else(|| {
+                    panic!("{}: a webhook without service.path", manifests.display())
+                })
+                .to_owned();
+            let client = client.as_object_mut().expect("clientConfig is an object");
+            client.remove("service");
+            client.insert(
+                "url".into(),
+                Value::String(format!("https://127.0.0.1:{port}{path}")),
+            );
+            client.insert("caBundle".into(), Value::String(ca_bundle.to_owned()));
         }
     }
-    for config in &configs {
-        let out = kubectl(
-            &kubeconfig,
-            &["apply", "-f", "-"],
-            Some(&config.to_string()),
-        )
-        .await;
-        assert!(
-            out.ok,
-            "registering {} failed:\n{}",
-            config["kind"], out.stderr
-        );
+    configs
+}
+
+impl System {
+    /// Starts the real `booking-webhook` with a serving certificate for 127.0.0.1 generated now,
+    /// registers it through the shipped configurations, and waits until the API server calls it.
+    async fn register_webhook(&mut self) {
+        let webhook_bin = webhook_binary();
+        let ca = TestCa::new(&self.dir, "webhook").expect("a test CA");
+        let cert = ca
+            .issue_server_cert("booking-webhook", &["127.0.0.1"])
+            .expect("a serving certificate for 127.0.0.1");
+        let port = free_port().expect("a free port");
+        let admin_port = free_port().expect("a free port");
+        let mut webhook = ProcessBuilder::new("booking-webhook", webhook_bin)
+            .arg("--tls-cert-file")
+            .arg(&cert.cert_path)
+            .arg("--tls-key-file")
+            .arg(&cert.key_path)
+            .arg("--listen-addr")
+            .arg(format!("127.0.0.1:{port}"))
+            .arg("--admin-addr")
+            .arg(format!("127.0.0.1:{admin_port}"))
+            .env("KUBECONFIG", self.plane.kubeconfig_path())
+            .env("RUST_LOG", "info,booking_webhook=debug")
+            .spawn(&self.dir)
+            .expect("booking-webhook starts");
+        webhook
+            .wait_ready(
+                &Readiness::Http(format!("http://127.0.0.1:{admin_port}/readyz")),
+                Duration::from_secs(60),
+            )
+            .await
+            .expect("booking-webhook becomes ready (its caches synced)");
+        self.webhook = Some(webhook);
+
+        for config in local_webhook_configurations(port, &ca.ca_bundle()) {
+            for w in config["webhooks"].as_array().into_iter().flatten() {
+                self.webhook_names
+                    .push(w["name"].as_str().unwrap_or_default().to_owned());
+            }
+            let out = self
+                .kubectl_admin(&["apply", "-f", "-"], Some(&config.to_string()))
+                .await;
+            assert!(
+                out.ok,
+                "registering {} failed:\n{}",
+                config["kind"], out.stderr
+            );
+        }
+        self.wait_until_webhook_called().await;
     }
 
-    let mut webhook = ProcessBuilder::new("booking-webhook", webhook_bin)
-        .arg("--tls-cert-file")
-        .arg(dir.join("tls.crt"))
-        .arg("--tls-key-file")
-        .arg(dir.join("tls.key"))
-        .arg("--listen-addr")
-        .arg(format!("127.0.0.1:{port}"))
-        .arg("--admin-addr")
-        .arg(format!("127.0.0.1:{admin_port}"))
-        .env("KUBECONFIG", &kubeconfig)
-        .env("RUST_LOG", "info,booking_webhook=debug")
-        .spawn(&dir)
-        .expect("booking-webhook starts");
-    webhook
-        .wait_ready(
-            &Readiness::Http(format!("http://127.0.0.1:{admin_port}/readyz")),
-            Duration::from_secs(60),
-        )
-        .await
-        .expect("booking-webhook becomes ready (its caches synced)");
-    System {
-        server,
-        webhook,
-        dir,
+    /// The API server picks up webhook configurations from its own watch, a moment after they
+    /// are stored: wait until a dry-run Booking without `user_id` comes back defaulted.
+    async fn wait_until_webhook_called(&self) {
+        let probe = serde_json::json!({
+            "apiVersion": "manager.kotaico.de/v1", "kind": "Booking",
+            "metadata": {"name": "webhook-probe", "namespace": "default"},
+            "spec": {"resource_name": "ec2.probe", "start_at": "2031-01-10T22:35:00Z",
+                     "end_at": "2031-01-10T23:35:00Z"},
+        })
+        .to_string();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let out = self
+                .kubectl_admin(
+                    &["create", "--dry-run=server", "-o", "json", "-f", "-"],
+                    Some(&probe),
+                )
+                .await;
+            let defaulted = out.ok
+                && serde_json::from_str::<Value>(&out.stdout)
+                    .is_ok_and(|v| v["spec"]["user_id"].as_str().is_some_and(|u| !u.is_empty()));
+            if defaulted {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the API server does not call the webhook 30 s after its registration:\n{}{}",
+                out.stdout,
+                out.stderr
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    fn kubeconfig(&self) -> &Path {
+        self.plane.kubeconfig_path()
+    }
+
+    /// The real kubectl as the admin (client certificate in `system:masters`).
+    async fn kubectl_admin(&self, args: &[&str], stdin: Option<&str>) -> Output {
+        kubectl(self.kubeconfig(), None, args, stdin).await
+    }
+
+    /// The real kubectl as [`CASE_USER`].
+    async fn kubectl_user(&self, args: &[&str], stdin: Option<&str>) -> Output {
+        kubectl(self.kubeconfig(), Some(CASE_USER), args, stdin).await
     }
 }
 
@@ -263,11 +356,25 @@ struct Output {
     stderr: String,
 }
 
-async fn kubectl(kubeconfig: &Path, args: &[&str], stdin: Option<&str>) -> Output {
-    let mut child = tokio::process::Command::new("kubectl")
+async fn kubectl(
+    kubeconfig: &Path,
+    user: Option<(&str, &str)>,
+    args: &[&str],
+    stdin: Option<&str>,
+) -> Output {
+    let bin = control_plane::binary("kubectl").expect("the control plane's kubectl");
+    let mut command = tokio::process::Command::new(bin);
+    command
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .arg("--request-timeout=30s");
+    if let Some((name, group)) = user {
+        command
+            .arg(format!("--as={name}"))
+            .arg(format!("--as-group={group}"));
+    }
+    let mut child = command
         .args(args)
-        .arg("--request-timeout=30s")
-        .env("KUBECONFIG", kubeconfig)
         .stdin(if stdin.is_some() {
             Stdio::piped()
         } else {
@@ -277,7 +384,7 @@ async fn kubectl(kubeconfig: &Path, args: &[&str], stdin: Option<&str>) -> Outpu
         .stderr(Stdio::piped())
         .kill_on_drop(true)
         .spawn()
-        .expect("kubectl is installed and on PATH (the end-to-end tests use the real kubectl)");
+        .expect("kubectl runs");
     if let Some(input) = stdin {
         let mut pipe = child.stdin.take().expect("stdin is piped");
         pipe.write_all(input.as_bytes()).await.unwrap();
@@ -345,8 +452,32 @@ fn warnings(stderr: &str) -> Vec<&str> {
         .collect()
 }
 
+/// Who refused a request, as the real API server prints it.
+#[derive(Debug, PartialEq, Eq)]
+enum Denial {
+    /// The CRD's schema or CEL rules: `The Booking "x" is invalid: <field>: ...`.
+    Schema,
+    /// A webhook: `Error from server (...): ... admission webhook "<name>" denied the request: ...`.
+    Webhook(String),
+}
+
+/// Reads the denial from kubectl's stderr; `None` when it is neither form, or when it names a
+/// webhook that is not registered.
+fn denial(stderr: &str, webhook_names: &[String]) -> Option<Denial> {
+    if let Some(rest) = stderr.split("admission webhook \"").nth(1) {
+        let name = rest.split('"').next().unwrap_or_default();
+        let wrapped = rest
+            .strip_prefix(name)
+            .is_some_and(|r| r.starts_with("\" denied the request: "));
+        return (stderr.contains("Error from server")
+            && wrapped
+            && webhook_names.iter().any(|n| n == name))
+        .then(|| Denial::Webhook(name.to_owned()));
+    }
+    (stderr.contains(" is invalid: ")).then_some(Denial::Schema)
+}
+
 async fn run_case(system: &System, number: usize, path: &Path) -> Result<String, String> {
-    let kubeconfig = system.server.kubeconfig_path();
     let raw = std::fs::read_to_string(path).map_err(|e| format!("cannot read: {e}"))?;
     let text = substitute_times(&raw, Utc::now())?;
     let case: Case = serde_yaml::from_str(&text).map_err(|e| format!("not a valid case: {e}"))?;
@@ -371,13 +502,17 @@ async fn run_case(system: &System, number: usize, path: &Path) -> Result<String,
         .collect();
     let object = place(case.object.clone(), &namespace, &mut extra);
     for ns in std::iter::once(&namespace).chain(&extra) {
-        let out = kubectl(kubeconfig, &["create", "namespace", ns], None).await;
+        let out = system
+            .kubectl_admin(&["create", "namespace", ns], None)
+            .await;
         if !out.ok {
             return Err(format!("creating namespace {ns} failed: {}", out.stderr));
         }
     }
     for g in &given {
-        let out = kubectl(kubeconfig, &["apply", "-f", "-"], Some(&g.to_string())).await;
+        let out = system
+            .kubectl_user(&["apply", "-f", "-"], Some(&g.to_string()))
+            .await;
         if !out.ok {
             return Err(format!(
                 "given object {} was not admitted: {}",
@@ -389,7 +524,9 @@ async fn run_case(system: &System, number: usize, path: &Path) -> Result<String,
         When::Apply => "apply",
         When::Delete => "delete",
     };
-    let out = kubectl(kubeconfig, &[verb, "-f", "-"], Some(&object.to_string())).await;
+    let out = system
+        .kubectl_user(&[verb, "-f", "-"], Some(&object.to_string()))
+        .await;
     let context = || {
         format!(
             "({})\n--- kubectl {verb} stdout:\n{}--- stderr:\n{}",
@@ -405,14 +542,13 @@ async fn run_case(system: &System, number: usize, path: &Path) -> Result<String,
         ));
     }
     if !case.expect.allowed {
-        // kubectl prints a webhook denial as `Error from server (Forbidden): ... admission
-        // webhook "..." denied the request: ...` and a schema violation as `The Booking "x" is
-        // invalid: ...`, as against a real cluster.
-        let printed_as_server_error =
-            out.stderr.contains("Error from server") || out.stderr.contains(" is invalid: ");
-        if !printed_as_server_error {
+        // The real API server wraps a webhook's denial as `Error from server (...): error when
+        // creating "STDIN": admission webhook "<name>" denied the request: <message>`, and
+        // prints a violation of the CRD's schema or CEL rules as `The Booking "x" is invalid:
+        // <field>: Invalid value: ...`.
+        if denial(&out.stderr, &system.webhook_names).is_none() {
             return Err(format!(
-                "the denial is not printed as a server error {}",
+                "the denial is printed neither as a registered webhook's nor as the schema's {}",
                 context()
             ));
         }
@@ -436,12 +572,9 @@ async fn run_case(system: &System, number: usize, path: &Path) -> Result<String,
         _ => {}
     }
     if !case.expect.fields_present.is_empty() || !case.expect.fields.is_empty() {
-        let got = kubectl(
-            kubeconfig,
-            &["get", "-f", "-", "-o", "yaml"],
-            Some(&object.to_string()),
-        )
-        .await;
+        let got = system
+            .kubectl_user(&["get", "-f", "-", "-o", "yaml"], Some(&object.to_string()))
+            .await;
         if !got.ok {
             return Err(format!("kubectl get -o yaml failed: {}", got.stderr));
         }
@@ -490,7 +623,8 @@ fn case_files() -> Vec<PathBuf> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_shared_admission_case_passes_through_kubectl() {
     let files = case_files();
-    let system = start_system().await;
+    let mut system = start_cluster("admission-cases").await;
+    system.register_webhook().await;
     let mut failures = Vec::new();
     for (i, path) in files.iter().enumerate() {
         let name = path.file_name().unwrap().to_string_lossy().into_owned();
@@ -517,8 +651,8 @@ async fn every_shared_admission_case_passes_through_kubectl() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_dry_run_answers_like_a_real_request_and_reserves_nothing() {
-    let mut system = start_system().await;
-    let kubeconfig = system.server.kubeconfig_path();
+    let mut system = start_cluster("admission-dry-run").await;
+    system.register_webhook().await;
     let now = Utc::now();
     let t = |h: i64| {
         (now + chrono::Duration::hours(h)).to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
@@ -532,60 +666,51 @@ async fn server_dry_run_answers_like_a_real_request_and_reserves_nothing() {
         .to_string()
     };
     assert!(
-        kubectl(kubeconfig, &["create", "namespace", "dry"], None)
+        system
+            .kubectl_admin(&["create", "namespace", "dry"], None)
             .await
             .ok
     );
     // A dry run of a free slot is admitted and reserves nothing: a real booking of the same
     // slot right after is admitted too.
-    let out = kubectl(
-        kubeconfig,
-        &["apply", "--dry-run=server", "-f", "-"],
-        Some(&booking("ghost", 1, 2)),
-    )
-    .await;
+    let out = system
+        .kubectl_user(
+            &["apply", "--dry-run=server", "-f", "-"],
+            Some(&booking("ghost", 1, 2)),
+        )
+        .await;
     assert!(out.ok, "{}", out.stderr);
-    let out = kubectl(
-        kubeconfig,
-        &["apply", "-f", "-"],
-        Some(&booking("real", 1, 2)),
-    )
-    .await;
+    let out = system
+        .kubectl_user(&["apply", "-f", "-"], Some(&booking("real", 1, 2)))
+        .await;
     assert!(out.ok, "{}", out.stderr);
     // A dry run of an overlapping booking is denied exactly like the real request.
-    let dry = kubectl(
-        kubeconfig,
-        &["apply", "--dry-run=server", "-f", "-"],
-        Some(&booking("late", 1, 3)),
-    )
-    .await;
-    let real = kubectl(
-        kubeconfig,
-        &["apply", "-f", "-"],
-        Some(&booking("late", 1, 3)),
-    )
-    .await;
+    let dry = system
+        .kubectl_user(
+            &["apply", "--dry-run=server", "-f", "-"],
+            Some(&booking("late", 1, 3)),
+        )
+        .await;
+    let real = system
+        .kubectl_user(&["apply", "-f", "-"], Some(&booking("late", 1, 3)))
+        .await;
     assert!(!dry.ok && !real.ok);
     assert!(
-        dry.stderr.contains("denied the request") && dry.stderr.contains("\"real\""),
+        dry.stderr.contains(
+            "admission webhook \"bookings.validate.manager.kotaico.de\" denied the request: "
+        ) && dry.stderr.contains("\"real\""),
         "{}",
         dry.stderr
     );
     assert!(real.stderr.contains("\"real\""), "{}", real.stderr);
     // Extending the existing booking never collides with itself; the defaults are visible.
-    let out = kubectl(
-        kubeconfig,
-        &["apply", "-f", "-"],
-        Some(&booking("real", 1, 4)),
-    )
-    .await;
+    let out = system
+        .kubectl_user(&["apply", "-f", "-"], Some(&booking("real", 1, 4)))
+        .await;
     assert!(out.ok, "{}", out.stderr);
-    let got = kubectl(
-        kubeconfig,
-        &["get", "booking", "real", "-n", "dry", "-o", "yaml"],
-        None,
-    )
-    .await;
+    let got = system
+        .kubectl_user(&["get", "booking", "real", "-n", "dry", "-o", "yaml"], None)
+        .await;
     assert!(
         got.stdout
             .contains("manager.kotaico.de/resource: ec2.analytics"),
@@ -593,8 +718,156 @@ async fn server_dry_run_answers_like_a_real_request_and_reserves_nothing() {
         got.stdout
     );
     // SIGTERM: the webhook stops its listeners and watches and exits cleanly.
-    let status = system.webhook.stop().expect("booking-webhook stops");
+    let status = system
+        .webhook
+        .as_mut()
+        .expect("the webhook runs")
+        .stop()
+        .expect("booking-webhook stops");
     assert!(status.success(), "booking-webhook exited with {status}");
+}
+
+/// A Booking whose `field` (`start_at` or `end_at`) holds `value`, the other time valid.
+fn booking_with_time(name: &str, field: &str, value: &str) -> String {
+    let mut spec = serde_json::json!({
+        "resource_name": "ec2.analytics",
+        "start_at": "2031-05-01T10:00:00+01:00",
+        "end_at": "2031-05-01T12:00:00+01:00",
+        "user_id": "ann",
+    });
+    spec[field] = Value::String(value.to_owned());
+    serde_json::json!({
+        "apiVersion": "manager.kotaico.de/v1", "kind": "Booking",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": spec,
+    })
+    .to_string()
+}
+
+/// Times that are not RFC 3339 as Kubernetes reads it, each refused naming its own field and
+/// the fix, never with a CEL evaluation error on another field.
+async fn assert_bad_times_name_their_field(system: &System, phase: &str) {
+    for field in ["start_at", "end_at"] {
+        let other = if field == "start_at" {
+            "end_at"
+        } else {
+            "start_at"
+        };
+        for value in [
+            // Seen by a user: the offset without its colon.
+            "2031-05-01T11:00:00+0100",
+            // RFC 3339 allows a lower-case t and z, Kubernetes' timestamp parser does not.
+            "2031-05-01t11:00:00Z",
+            "2031-05-01T11:00:00z",
+            "2031-05-01 11:00",
+            "2031-02-30T11:00:00Z",
+            // Beyond CEL's timestamp range once the offset is applied.
+            "9999-12-31T23:00:00-05:00",
+        ] {
+            let out = system
+                .kubectl_user(
+                    &["create", "--dry-run=server", "-f", "-"],
+                    Some(&booking_with_time("bad-time", field, value)),
+                )
+                .await;
+            let context = format!("{phase}: spec.{field} = {value:?}:\n{}", out.stderr);
+            assert!(!out.ok, "admitted; {context}");
+            assert_eq!(
+                denial(&out.stderr, &system.webhook_names),
+                Some(Denial::Schema),
+                "{context}"
+            );
+            let named = format!("spec.{field}: Invalid value: \"{value}\": must be an RFC 3339");
+            assert!(out.stderr.contains(&named), "expected {named:?}; {context}");
+            for fix in ["2031-01-10T22:35:00Z", "2031-01-10T23:35:00+01:00", "colon"] {
+                assert!(
+                    out.stderr.contains(fix),
+                    "the fix {fix:?} is missing; {context}"
+                );
+            }
+            for wrong in [
+                format!("spec.{other}"),
+                "spec: ".to_owned(),
+                "rule evaluation error".to_owned(),
+                "evaluating rule".to_owned(),
+                "No such overload".to_owned(),
+                "not checked".to_owned(),
+            ] {
+                assert!(!out.stderr.contains(&wrong), "{wrong:?} printed; {context}");
+            }
+        }
+    }
+}
+
+/// The times the real API server admits are exactly those the product's own parser reads.
+async fn assert_server_and_parser_agree_on_times(system: &System) {
+    for value in [
+        "2031-05-01T11:00:00Z",
+        "2031-05-01T11:00:00+01:00",
+        "2031-05-01T11:00:00.5-05:30",
+        "2031-05-01T11:00:00.123456789+01:00",
+        "1000-01-01T00:00:01+23:59",
+        "9998-12-31T23:59:59-23:59",
+        "2032-02-29T11:00:00Z",
+        "2031-02-29T11:00:00Z",
+        "2031-05-01T11:00:00+0100",
+        "2031-05-01T11:00:00+01",
+        "2031-05-01t11:00:00Z",
+        "2031-05-01T11:00:00z",
+        "2031-05-01T11:00Z",
+        "2031-05-01T24:00:00Z",
+        "2031-05-01T11:00:60Z",
+        "2031-05-01T11:00:00,5Z",
+        "2031-05-01T11:00:00+24:00",
+        "0999-05-01T11:00:00Z",
+        "9999-01-01T11:00:00Z",
+        "2031-05-01",
+        "",
+    ] {
+        // The earliest start admitted, so that only the value's own form decides.
+        let mut booking: Value =
+            serde_json::from_str(&booking_with_time("agree", "end_at", value)).unwrap();
+        booking["spec"]["start_at"] = Value::String("1000-01-01T00:00:00+23:59".into());
+        let out = system
+            .kubectl_user(
+                &["create", "--dry-run=server", "-f", "-"],
+                Some(&booking.to_string()),
+            )
+            .await;
+        let parsed = booking_shared::time::parse_rfc3339("spec.end_at", value);
+        assert_eq!(
+            out.ok,
+            parsed.is_ok(),
+            "{value:?}: the API server {} it, the product's parser {:?}\n{}",
+            if out.ok { "admits" } else { "refuses" },
+            parsed,
+            out.stderr
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn times_that_are_not_rfc3339_are_refused_naming_their_field_with_and_without_the_webhook() {
+    let mut system = start_cluster("admission-times").await;
+    // The CRD alone, as on a cluster where the webhook is not (yet) installed.
+    assert_bad_times_name_their_field(&system, "without the webhook").await;
+    assert_server_and_parser_agree_on_times(&system).await;
+    // With the webhook registered: the mutating webhook runs first and lets the object through
+    // (it never rewrites a time), the schema refuses it before the validating webhook is asked,
+    // so the message is the same.
+    system.register_webhook().await;
+    assert_bad_times_name_their_field(&system, "with the webhook").await;
+    let out = system
+        .kubectl_user(
+            &["create", "--dry-run=server", "-f", "-"],
+            Some(&booking_with_time(
+                "good-time",
+                "start_at",
+                "2031-05-01T10:00:00+01:00",
+            )),
+        )
+        .await;
+    assert!(out.ok, "a well-formed booking is refused:\n{}", out.stderr);
 }
 
 #[test]

@@ -1,15 +1,90 @@
 //! Wire compatibility with the original operator and honesty of the committed CRDs.
 //!
-//! - Every manifest in `../shared/reference/samples/` deserialises into the Rust types and is
-//!   accepted by the generated CRDs (structural schema and CEL rules) unchanged.
+//! - Every manifest in `../shared/reference/samples/` deserialises into the Rust types, and it
+//!   and every sample of `manifests/samples/` is accepted unchanged by a real kube-apiserver
+//!   serving the committed CRDs (its structural-schema and CEL checks; server-side dry run).
 //! - `manifests/crds/` holds exactly what `crdgen` generates from the types.
-//! - The schemas reject the worst input on their own, for clusters without the webhook.
+//! - The schemas reject the worst input on their own, for clusters without the webhook: proven
+//!   on the real API server, with the messages it prints.
+//!
+//! The tests on the API server use the run's shared control plane (`booking-control-plane run
+//! -- cargo test ...`), with a namespace of their own labelled to opt out of the product's
+//! webhooks, so that only the CRDs judge.
 
 use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::process::Stdio;
 
+use booking_harness::control_plane::TestCluster;
 use booking_shared::api::{Booking, BookingScheduler, Resource, ResourceMonitor};
-use booking_tests::{admission_errors, crd_for_kind, read_yaml_documents, repo_root, shared_dir};
+use booking_tests::{crd_for_kind, read_yaml_documents, repo_root, shared_dir};
 use serde_json::{Value, json};
+
+/// A namespace of the shared control plane with the committed CRDs installed (server-side
+/// apply, established) and the product's webhooks opted out
+/// (`manager.kotaico.de/admission=disabled`, the shipped configurations' namespaceSelector).
+async fn crds_only(label: &str) -> TestCluster {
+    let cluster = TestCluster::shared(label)
+        .await
+        .expect("the run's shared control plane: run the tests through `booking-control-plane run -- cargo test ...`");
+    let crds: Vec<PathBuf> = std::fs::read_dir(repo_root().join("manifests/crds"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            p.extension().is_some_and(|e| e == "yaml")
+                && p.file_name().is_some_and(|n| n != "kustomization.yaml")
+        })
+        .collect();
+    let files: Vec<&std::path::Path> = crds.iter().map(PathBuf::as_path).collect();
+    cluster.apply_files(&files).expect("the CRDs install");
+    let out = cluster
+        .kubectl()
+        .unwrap()
+        .args(["label", "namespace", cluster.namespace()])
+        .arg("manager.kotaico.de/admission=disabled")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    cluster
+}
+
+/// `kubectl create --dry-run=server` of `object` in the cluster's namespace: `Ok(stdout)` when
+/// the API server admits it, `Err(stderr)` with what it printed otherwise.
+fn dry_run_create(cluster: &TestCluster, object: &Value) -> Result<String, String> {
+    use std::io::Write as _;
+    let mut child = cluster
+        .kubectl()
+        .unwrap()
+        .args([
+            "create",
+            "--dry-run=server",
+            "-n",
+            cluster.namespace(),
+            "-f",
+            "-",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kubectl runs");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(object.to_string().as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
 
 fn samples() -> Vec<(String, Value)> {
     let dir = shared_dir().join("reference/samples");
@@ -69,13 +144,26 @@ fn reference_samples_deserialise_and_round_trip() {
     }
 }
 
-#[test]
-fn reference_samples_are_accepted_by_the_generated_crds() {
-    for (path, doc) in samples() {
-        let crd = crd_for_kind(doc["kind"].as_str().unwrap());
-        let errors = admission_errors(&crd, &doc);
-        assert!(errors.is_empty(), "{path} rejected: {errors:?}");
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn samples_are_accepted_by_the_api_server_serving_the_committed_crds() {
+    let cluster = crds_only("samples").await;
+    let dir = repo_root().join("manifests/samples");
+    let mut all = samples();
+    for entry in std::fs::read_dir(&dir).expect("manifests/samples") {
+        let path = entry.unwrap().path();
+        for doc in read_yaml_documents(&path) {
+            all.push((path.display().to_string(), doc));
+        }
     }
+    let mut kinds = BTreeSet::new();
+    for (path, doc) in &all {
+        kinds.insert(doc["kind"].as_str().unwrap_or_default().to_owned());
+        match dry_run_create(&cluster, doc) {
+            Ok(out) => assert!(out.contains("(server dry run)"), "{path}: {out}"),
+            Err(err) => panic!("{path} is refused by the API server:\n{err}"),
+        }
+    }
+    assert_eq!(kinds.len(), 4, "samples of the four kinds: {kinds:?}");
 }
 
 #[test]
@@ -209,87 +297,153 @@ fn booking(spec: Value) -> Value {
     json!({"apiVersion": "manager.kotaico.de/v1", "kind": "Booking", "metadata": {"name": "b"}, "spec": spec})
 }
 
-#[test]
-fn schemas_reject_the_worst_input_without_the_webhook() {
-    let booking_crd = crd_for_kind("Booking");
-    let ok = json!({"resource_name": "ec2.analytics", "start_at": "2031-01-10T22:35:00Z", "end_at": "2031-01-11T00:35:00+01:00", "user_id": "ann"});
-    let bad_cases = [
+/// `object` is admitted by the API server.
+fn admitted(cluster: &TestCluster, object: &Value) {
+    if let Err(err) = dry_run_create(cluster, object) {
+        panic!("{object} is refused:\n{err}");
+    }
+}
+
+/// `object` is refused by the API server with a message containing every one of `needles`.
+fn refused(cluster: &TestCluster, object: &Value, needles: &[&str]) {
+    match dry_run_create(cluster, object) {
+        Ok(out) => panic!("{object} is admitted: {out}"),
+        Err(err) => {
+            assert!(
+                err.contains(" is invalid: "),
+                "{object}: not the schema's denial:\n{err}"
+            );
+            for needle in needles {
+                assert!(
+                    err.contains(needle),
+                    "{object}: {needle:?} is not in:\n{err}"
+                );
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schemas_reject_the_worst_input_without_the_webhook() {
+    let cluster = crds_only("worst-input").await;
+    admitted(
+        &cluster,
+        &booking(
+            json!({"resource_name": "ec2.analytics", "start_at": "2031-01-10T22:35:00Z", "end_at": "2031-01-11T00:35:00+01:00", "user_id": "ann"}),
+        ),
+    );
+    let bad_bookings: [(Value, &[&str]); 8] = [
         // end_at before start_at (CEL rule), including across offsets.
         (
             json!({"resource_name": "ec2.a", "start_at": "2031-01-10T22:35:00Z", "end_at": "2031-01-10T22:00:00Z"}),
-            "end_at",
+            &[
+                "spec.end_at: Invalid value",
+                "end_at must be after start_at",
+            ],
         ),
         (
             json!({"resource_name": "ec2.a", "start_at": "2031-01-10T22:35:00Z", "end_at": "2031-01-10T23:35:00+01:00"}),
-            "end_at",
+            &[
+                "spec.end_at: Invalid value",
+                "end_at must be after start_at",
+            ],
         ),
         // Missing required fields.
         (
             json!({"start_at": "2031-01-10T22:35:00Z", "end_at": "2031-01-10T23:35:00Z"}),
-            "resource_name",
+            &["spec.resource_name: Required value"],
         ),
         (
             json!({"resource_name": "ec2.a", "end_at": "2031-01-10T23:35:00Z"}),
-            "start_at",
+            &["spec.start_at: Required value"],
         ),
-        // Not a date-time.
+        // Not a date-time: the field, the value and the fix.
         (
             json!({"resource_name": "ec2.a", "start_at": "tomorrow", "end_at": "2031-01-10T23:35:00Z"}),
-            "tomorrow",
+            &[
+                "spec.start_at: Invalid value: \"tomorrow\": must be an RFC 3339 timestamp",
+                "2031-01-10T22:35:00Z",
+            ],
+        ),
+        (
+            json!({"resource_name": "ec2.a", "start_at": "2031-05-01T10:00:00+0100", "end_at": "2031-05-02T10:00:00Z"}),
+            &[
+                "spec.start_at: Invalid value: \"2031-05-01T10:00:00+0100\": must be an RFC 3339 timestamp",
+                "2031-01-10T23:35:00+01:00",
+            ],
+        ),
+        (
+            json!({"resource_name": "ec2.a", "start_at": "2031-05-01T10:00:00Z", "end_at": "2031-05-02T10:00:00+0100"}),
+            &[
+                "spec.end_at: Invalid value: \"2031-05-02T10:00:00+0100\": must be an RFC 3339 timestamp",
+            ],
         ),
         (
             json!({"resource_name": "", "start_at": "2031-01-10T22:35:00Z", "end_at": "2031-01-10T23:35:00Z"}),
-            "resource_name",
+            &["spec.resource_name: Invalid value"],
         ),
     ];
-    assert!(admission_errors(&booking_crd, &booking(ok.clone())).is_empty());
-    for (spec, needle) in bad_cases {
-        let errors = admission_errors(&booking_crd, &booking(spec.clone()));
-        assert!(!errors.is_empty(), "{spec} accepted");
-        assert!(
-            errors.join("\n").contains(needle),
-            "{spec}: {errors:?} should mention {needle}"
-        );
+    for (spec, needles) in bad_bookings {
+        refused(&cluster, &booking(spec), needles);
     }
 
     let resource = |spec: Value| json!({"apiVersion": "manager.kotaico.de/v1", "kind": "Resource", "metadata": {"name": "r"}, "spec": spec});
-    let crd = crd_for_kind("Resource");
-    assert!(
-        admission_errors(
-            &crd,
-            &resource(json!({"type": "rds", "tag": "db", "region": "eu-central-1"}))
-        )
-        .is_empty()
+    admitted(
+        &cluster,
+        &resource(json!({"type": "rds", "tag": "db", "region": "eu-central-1"})),
     );
-    for spec in [
-        json!({"type": "gce", "tag": "a"}),
-        json!({"type": "ec2"}),
-        json!({"type": "ec2", "tag": "a", "region": "Frankfurt"}),
+    for (spec, needles) in [
+        (
+            json!({"type": "gce", "tag": "a"}),
+            &[
+                "spec.type: Unsupported value: \"gce\"",
+                "\"ec2\"",
+                "\"rds\"",
+            ][..],
+        ),
+        (json!({"type": "ec2"}), &["spec.tag: Required value"][..]),
+        (
+            json!({"type": "ec2", "tag": "a", "region": "Frankfurt"}),
+            &["spec.region: Invalid value: \"Frankfurt\""][..],
+        ),
     ] {
-        assert!(
-            !admission_errors(&crd, &resource(spec.clone())).is_empty(),
-            "{spec} accepted"
-        );
+        refused(&cluster, &resource(spec), needles);
     }
 
     let scheduler = |spec: Value| json!({"apiVersion": "manager.kotaico.de/v1", "kind": "BookingScheduler", "metadata": {"name": "s"}, "spec": spec});
-    let crd = crd_for_kind("BookingScheduler");
     let template = json!({"resource_name": "ec2.analytics", "user_id": "ann"});
-    assert!(admission_errors(&crd, &scheduler(json!({"schedule": "@daily", "duration": 20, "bookingTemplate": template, "timeZone": "Europe/Berlin"}))).is_empty());
-    for spec in [
-        json!({"schedule": "@daily", "duration": 0, "bookingTemplate": template}),
-        json!({"schedule": "@daily", "duration": -5, "bookingTemplate": template}),
-        json!({"schedule": "@daily", "duration": 20}),
-        json!({"schedule": "", "duration": 20, "bookingTemplate": template}),
+    admitted(
+        &cluster,
+        &scheduler(
+            json!({"schedule": "@daily", "duration": 20, "bookingTemplate": template, "timeZone": "Europe/Berlin"}),
+        ),
+    );
+    for (spec, needle) in [
+        (
+            json!({"schedule": "@daily", "duration": 0, "bookingTemplate": template}),
+            "spec.duration: Invalid value: 0",
+        ),
+        (
+            json!({"schedule": "@daily", "duration": -5, "bookingTemplate": template}),
+            "spec.duration: Invalid value: -5",
+        ),
+        (
+            json!({"schedule": "@daily", "duration": 20}),
+            "spec.bookingTemplate: Required value",
+        ),
+        (
+            json!({"schedule": "", "duration": 20, "bookingTemplate": template}),
+            "spec.schedule: Invalid value",
+        ),
     ] {
-        assert!(
-            !admission_errors(&crd, &scheduler(spec.clone())).is_empty(),
-            "{spec} accepted"
-        );
+        refused(&cluster, &scheduler(spec), &[needle]);
     }
 
-    let crd = crd_for_kind("ResourceMonitor");
     let monitor = |t: &str| json!({"apiVersion": "manager.kotaico.de/v1", "kind": "ResourceMonitor", "metadata": {"name": "m"}, "spec": {"type": t}});
-    assert!(admission_errors(&crd, &monitor("ec2")).is_empty());
-    assert!(!admission_errors(&crd, &monitor("azure")).is_empty());
+    admitted(&cluster, &monitor("ec2"));
+    refused(
+        &cluster,
+        &monitor("azure"),
+        &["spec.type: Unsupported value: \"azure\""],
+    );
 }
