@@ -581,3 +581,64 @@ async fn demo_stops_everything_when_its_output_pipe_closes_and_ctrl_c_comes() {
         "env file left behind"
     );
 }
+
+/// A terminal that closes sends SIGHUP: the demo stops everything it started, as on Ctrl-C.
+#[tokio::test(flavor = "multi_thread")]
+async fn demo_stops_everything_when_its_terminal_hangs_up() {
+    let sandbox = Sandbox::new();
+    let out_path = sandbox.dir.path().join("demo.out");
+    let out = std::fs::File::create(&out_path).expect("demo output file");
+    let mut demo = Command::new(SANDBOX)
+        .arg("demo")
+        .arg("--dir")
+        .arg(sandbox.dir.path())
+        .arg("--port-base")
+        .arg(sandbox.port_base.to_string())
+        .stdin(Stdio::null())
+        .stdout(out.try_clone().expect("file handle"))
+        .stderr(out)
+        .spawn()
+        .expect("starting the demo");
+    let deadline = Instant::now() + Duration::from_secs(600);
+    while !std::fs::read_to_string(&out_path)
+        .unwrap_or_default()
+        .contains("Booking sandbox — ")
+    {
+        if let Some(status) = demo.try_wait().expect("demo status") {
+            panic!(
+                "demo exited ({status}):\n{}\n{}",
+                std::fs::read_to_string(&out_path).unwrap_or_default(),
+                sandbox.logs()
+            );
+        }
+        assert!(Instant::now() < deadline, "the demo never showed its view");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let pids = recorded_pids(sandbox.dir.path());
+    assert_eq!(pids.len(), PROCESSES, "{pids:?}");
+    let sent = Command::new("kill")
+        .args(["-HUP", &demo.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(sent.success());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = demo.try_wait().expect("demo status") {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the demo did not stop after SIGHUP"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let text = std::fs::read_to_string(&out_path).unwrap_or_default();
+    assert!(status.success(), "demo failed ({status}):\n{text}");
+    assert!(text.contains("SIGHUP: stopping the sandbox"), "{text}");
+    for (name, pid) in &pids {
+        assert!(
+            !pid_alive(*pid),
+            "{name} (pid {pid}) still runs after the demo"
+        );
+    }
+}
