@@ -1,5 +1,5 @@
-//! BookingSchedulers and notifications end to end against the project's Kubernetes API test
-//! server and a real SMTP server, with the reconcilers' clock injected so that minutes pass in
+//! BookingSchedulers and notifications end to end against a real Kubernetes control plane
+//! (the run's shared kube-apiserver and etcd, a namespace per test) and a real SMTP server, with the reconcilers' clock injected so that minutes pass in
 //! milliseconds: one booking per fire starting on the fire time, no duplicate after a restart or
 //! a crash between creating and recording, missed fires, an invalid schedule reported without a
 //! crash, the history limit; one email per notification even across restarts, failures as a
@@ -20,6 +20,8 @@ use booking_controller::{
 };
 use booking_harness::{
     TestDir,
+    control_plane::TestCluster,
+    paths::repo_root,
     smtp::{SmtpOptions, SmtpServer},
     tls::TestCa,
 };
@@ -28,10 +30,6 @@ use booking_shared::{
     scheduling::SCHEDULER_LABEL,
 };
 use chrono::{DateTime, Utc};
-use k8s_openapi::{
-    api::core::v1::Namespace,
-    apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
-};
 use kube::{
     Api, ResourceExt,
     api::{ListParams, ObjectMeta, Patch, PatchParams, PostParams},
@@ -40,7 +38,6 @@ use kube::{
         events::{Recorder, Reporter},
     },
 };
-use kube_test_server::{Options, TestServer};
 
 fn t(s: &str) -> DateTime<Utc> {
     DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
@@ -64,39 +61,31 @@ impl TestClock {
 }
 
 struct Cluster {
-    server: TestServer,
     client: kube::Client,
+    /// The test's own namespace on the shared control plane.
     ns: String,
 }
 
-async fn cluster(ns: &str) -> Cluster {
+/// The run's shared control plane (`booking-control-plane run -- …`), the shipped CRDs applied
+/// (`manifests/crds`), and a fresh namespace named after `label`.
+async fn cluster(label: &str) -> Cluster {
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
-    let server = TestServer::start(Options::default())
+    let cluster = TestCluster::shared(label)
         .await
-        .expect("test API server");
-    let client = server.client().await.expect("client");
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    for crd in booking_shared::crd::all() {
-        crds.create(&PostParams::default(), &crd)
-            .await
-            .expect("CRD");
-    }
-    let namespaces: Api<Namespace> = Api::all(client.clone());
-    let namespace = Namespace {
-        metadata: ObjectMeta {
-            name: Some(ns.to_owned()),
-            ..ObjectMeta::default()
-        },
-        ..Namespace::default()
-    };
-    namespaces
-        .create(&PostParams::default(), &namespace)
-        .await
-        .expect("namespace");
+        .expect("the run's shared control plane");
+    let dir = repo_root().join("manifests/crds");
+    let mut crds: Vec<std::path::PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .collect();
+    crds.sort();
+    assert!(!crds.is_empty(), "no CRDs in {}", dir.display());
+    let crds: Vec<&std::path::Path> = crds.iter().map(|p| p.as_path()).collect();
+    cluster.apply_files(&crds).expect("CRDs applied");
     Cluster {
-        server,
-        client,
-        ns: ns.to_owned(),
+        client: cluster.client().await.expect("client"),
+        ns: cluster.namespace().to_owned(),
     }
 }
 
@@ -270,7 +259,6 @@ async fn a_per_minute_scheduler_creates_one_booking_per_fire_on_the_fire_time() 
         .find(|c| c.type_ == "Ready")
         .unwrap();
     assert_eq!(ready.reason, "MissedFire", "{ready:?}");
-    c.server.shutdown().await;
 }
 
 #[tokio::test]
@@ -317,7 +305,6 @@ async fn history_limit_and_invalid_schedules() {
     );
     assert!(ready.message.contains("61 * * * *"), "{}", ready.message);
     assert_eq!(bookings(&c).await.len(), 2);
-    c.server.shutdown().await;
 }
 
 fn smtp_settings(port: u16, ca: &TestCa) -> SmtpSettings {
@@ -498,7 +485,6 @@ async fn each_notification_is_sent_once_even_across_restarts() {
     );
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(smtp.messages().unwrap().len(), 2);
-    c.server.shutdown().await;
 }
 
 #[tokio::test]
@@ -579,5 +565,4 @@ async fn a_failing_smtp_server_yields_a_condition_and_retries_until_it_comes_bac
         .find(|c| c.type_ == "NotificationFailed")
         .unwrap();
     assert_eq!(failed.status, "False");
-    c.server.shutdown().await;
 }

@@ -91,6 +91,7 @@ pub mod aws_query;
 pub mod control_plane;
 mod error;
 mod http_util;
+pub mod kube_proxy;
 pub mod moto;
 pub mod paths;
 pub mod process;

@@ -1,16 +1,22 @@
-//! End to end: the real `booking-controller` binary against the in-repo Kubernetes API server and
-//! the real moto server. Bookings in the past, now and in the future; instances really change
-//! state; lock tags appear and disappear; deleting an active booking stops the group; a monitor
-//! discovers groups; describe calls per refresh do not grow with the number of Resources.
+//! End to end: the real `booking-controller` binary against a real Kubernetes control plane
+//! (kube-apiserver, etcd and kube-controller-manager, shared by the run, with a namespace per
+//! test that is also the controller's scope and holds its Lease) and the real moto server.
+//! Bookings in the past, now and in the future; instances really change state; lock tags appear
+//! and disappear; deleting an active booking stops the group; a monitor discovers groups;
+//! describe calls per refresh do not grow with the number of Resources; leader election and
+//! failover; a new leader whose first Booking lists fail (through the harness's API proxy).
 //!
 //! The binary is taken from the target directory (`cargo build -p booking-controller`; `make
 //! test` builds every binary of the workspace first). A missing or stale binary fails the test.
+//! Run the tests inside `booking-control-plane run -- …` (what `make test` does).
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime};
 
 use booking_harness::TestDir;
 use booking_harness::aws_query::Service;
+use booking_harness::control_plane::TestCluster;
+use booking_harness::kube_proxy::{KubeFault, KubeProxy, Method, Upstream};
 use booking_harness::moto::{self, MotoServer};
 use booking_harness::process::{ManagedProcess, ProcessBuilder, Readiness};
 use booking_shared::api::{
@@ -21,12 +27,8 @@ use booking_shared::time::format_rfc3339;
 use chrono::Utc;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Event;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::ResourceExt as _;
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams};
-use kube_test_server::{FaultRule, Options, TestServer};
-
-const NS: &str = "default";
 const OTHER_REGION: &str = "us-west-2";
 
 fn controller_binary() -> PathBuf {
@@ -239,28 +241,42 @@ async fn http_get(addr: &str, path: &str) -> String {
 struct Env {
     dir: TestDir,
     moto: MotoServer,
-    server: TestServer,
+    cluster: TestCluster,
     client: kube::Client,
+    /// The test's own namespace: its objects, the controller's scope and its Lease.
+    ns: String,
+}
+
+/// The shipped CustomResourceDefinitions (`manifests/crds/*.yaml`).
+fn crd_files() -> Vec<PathBuf> {
+    let dir = booking_tests::repo_root().join("manifests/crds");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .collect();
+    files.sort();
+    assert!(!files.is_empty(), "no CRDs in {}", dir.display());
+    files
 }
 
 async fn env(label: &str) -> Env {
     let dir = TestDir::new(label).expect("test dir");
     let moto = MotoServer::start(&dir).await.expect("moto");
-    let server = TestServer::start(Options::default())
+    let cluster = TestCluster::shared(label)
         .await
-        .expect("API server");
-    let client = server.client().await.expect("client");
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    for crd in booking_shared::crd::all() {
-        crds.create(&PostParams::default(), &crd)
-            .await
-            .expect("CRD");
-    }
+        .expect("the run's shared control plane");
+    let files = crd_files();
+    let files: Vec<&std::path::Path> = files.iter().map(PathBuf::as_path).collect();
+    cluster.apply_files(&files).expect("CRDs applied");
+    let client = cluster.client().await.expect("client");
+    let ns = cluster.namespace().to_owned();
     Env {
         dir,
         moto,
-        server,
+        cluster,
         client,
+        ns,
     }
 }
 
@@ -272,8 +288,8 @@ fn start_controller(
 ) -> ManagedProcess {
     let mut b = ProcessBuilder::new(format!("controller-{identity}"), controller_binary())
         .envs(e.moto.env())
-        .env("KUBECONFIG", e.server.kubeconfig_path())
-        .env("NAMESPACE", NS)
+        .env("KUBECONFIG", e.cluster.kubeconfig_path())
+        .env("NAMESPACE", &e.ns)
         .env("ADMIN_ADDRESS", format!("127.0.0.1:{admin_port}"))
         .env("INVENTORY_INTERVAL_SECONDS", "2")
         .env("LEASE_DURATION_SECONDS", "3")
@@ -330,16 +346,17 @@ async fn bookings_drive_real_instances_through_the_controller() {
         .await
         .expect("controller ready");
 
-    let resources: Api<Resource> = Api::namespaced(e.client.clone(), NS);
-    let bookings: Api<Booking> = Api::namespaced(e.client.clone(), NS);
+    let resources: Api<Resource> = Api::namespaced(e.client.clone(), &e.ns);
+    let bookings: Api<Booking> = Api::namespaced(e.client.clone(), &e.ns);
     let pp = PostParams::default();
     // The original's sample Resource (ec2.analytics, empty manual booking), applied unchanged
     // with the real kubectl.
     let sample = booking_tests::shared_dir().join("reference/samples/manager_v1_resource.yaml");
-    let out = std::process::Command::new("kubectl")
-        .arg("--kubeconfig")
-        .arg(e.server.kubeconfig_path())
-        .args(["apply", "-n", NS, "-f"])
+    let out = e
+        .cluster
+        .kubectl()
+        .expect("kubectl")
+        .args(["apply", "-n", &e.ns, "-f"])
         .arg(&sample)
         .output()
         .expect("kubectl runs");
@@ -614,7 +631,7 @@ async fn bookings_drive_real_instances_through_the_controller() {
     .await;
 
     // Events for the AWS actions.
-    let events: Api<Event> = Api::namespaced(e.client.clone(), NS);
+    let events: Api<Event> = Api::namespaced(e.client.clone(), &e.ns);
     let reasons: Vec<String> = events
         .list(&ListParams::default())
         .await
@@ -634,7 +651,7 @@ async fn bookings_drive_real_instances_through_the_controller() {
     let batch = moto::seed_ec2_instances(&home, 1, &managed("batch"))
         .await
         .unwrap();
-    let monitors: Api<ResourceMonitor> = Api::namespaced(e.client.clone(), NS);
+    let monitors: Api<ResourceMonitor> = Api::namespaced(e.client.clone(), &e.ns);
     let before = resources
         .get("ec2.analytics")
         .await
@@ -786,7 +803,7 @@ async fn bookings_drive_real_instances_through_the_controller() {
     // Graceful shutdown releases the Lease.
     let status = controller.stop().expect("stop");
     eprintln!("controller exited: {status:?}");
-    let leases: Api<Lease> = Api::namespaced(e.client.clone(), NS);
+    let leases: Api<Lease> = Api::namespaced(e.client.clone(), &e.ns);
     let lease = leases.get("booking-controller").await.unwrap();
     assert_eq!(
         lease.spec.unwrap().holder_identity,
@@ -845,7 +862,7 @@ async fn two_replicas_never_both_act_and_fail_over_in_seconds() {
         "a standby is ready (rolling updates must not wait on it)"
     );
 
-    let resources: Api<Resource> = Api::namespaced(e.client.clone(), NS);
+    let resources: Api<Resource> = Api::namespaced(e.client.clone(), &e.ns);
     resources
         .create(
             &PostParams::default(),
@@ -888,7 +905,7 @@ async fn two_replicas_never_both_act_and_fail_over_in_seconds() {
     );
 
     // The new leader acts: a booking now starts the group.
-    let bookings: Api<Booking> = Api::namespaced(e.client.clone(), NS);
+    let bookings: Api<Booking> = Api::namespaced(e.client.clone(), &e.ns);
     let now = Utc::now();
     bookings
         .create(
@@ -903,7 +920,7 @@ async fn two_replicas_never_both_act_and_fail_over_in_seconds() {
         || all_in_state(&home, &ids, "running"),
     )
     .await;
-    let leases: Api<Lease> = Api::namespaced(e.client.clone(), NS);
+    let leases: Api<Lease> = Api::namespaced(e.client.clone(), &e.ns);
     let spec = leases
         .get("booking-controller")
         .await
@@ -919,33 +936,78 @@ async fn two_replicas_never_both_act_and_fail_over_in_seconds() {
     e.moto.start_recording().await.unwrap();
     e.moto.clear_recording().await.unwrap();
     b.stop().expect("stop");
-    e.server.controls().fail_requests(FaultRule {
-        path_contains: "/bookings".into(),
-        method: Some("GET".into()),
-        count: 3,
-        code: 500,
-        message: Some("injected: bookings not listed yet".into()),
-    });
-    let mut c = start_controller(&e, ports[0], "replica-c", &[]);
+    let proxy = KubeProxy::start(
+        &e.dir,
+        &Upstream::from_kubeconfig(e.cluster.kubeconfig_path()).unwrap(),
+    )
+    .await
+    .expect("API proxy");
+    proxy.inject(
+        KubeFault::new(Method::GET, "/bookings", 500)
+            .times(3)
+            .message("injected: bookings not listed yet"),
+    );
+    let through_proxy = proxy.kubeconfig_path().display().to_string();
+    let mut c = start_controller(
+        &e,
+        ports[0],
+        "replica-c",
+        &[("KUBECONFIG", through_proxy.as_str())],
+    );
     c.wait_ready(
         &Readiness::Http(format!("http://{}/readyz", admins[0])),
         Duration::from_secs(30),
     )
     .await
     .expect("a new replica leads");
+    let refreshes = || {
+        metric(
+            &admins[0],
+            "booking_controller_inventory_refresh_seconds_count",
+            &[],
+        )
+    };
+    // While its Booking lists fail, the new leader has its Resources and their inventory.
     wait_for(
         "the new leader refreshes its inventory",
         Duration::from_secs(15),
         || async {
-            match metric(
-                &admins[0],
-                "booking_controller_inventory_refresh_seconds_count",
-                &[],
-            )
-            .await
-            {
+            match refreshes().await {
                 n if n >= 2.0 => Ok(()),
                 n => Err(format!("{n} refreshes")),
+            }
+        },
+    )
+    .await;
+    // Then every injected failure is used up and a Booking request is served.
+    wait_for(
+        "the Booking lists refused three times, then served",
+        Duration::from_secs(30),
+        || async {
+            let pending = proxy.pending_faults();
+            let served = proxy.requests().iter().any(|r| {
+                r.method == Method::GET
+                    && r.path.contains("/bookings")
+                    && !r.injected
+                    && r.status == 200
+            });
+            if pending.is_empty() && served {
+                Ok(())
+            } else {
+                Err(format!("pending {pending:?}, served {served}"))
+            }
+        },
+    )
+    .await;
+    // Two more refreshes, each followed by reconciles of every Resource, now with the Bookings.
+    let cached = refreshes().await;
+    wait_for(
+        "two refreshes with the Bookings cached",
+        Duration::from_secs(15),
+        || async {
+            match refreshes().await {
+                n if n >= cached + 2.0 => Ok(()),
+                n => Err(format!("{} refreshes since", n - cached)),
             }
         },
     )
@@ -990,8 +1052,8 @@ async fn a_failing_member_is_retried_alone_with_backoff_while_the_others_run() {
     )
     .await
     .expect("ready");
-    let resources: Api<Resource> = Api::namespaced(e.client.clone(), NS);
-    let bookings: Api<Booking> = Api::namespaced(e.client.clone(), NS);
+    let resources: Api<Resource> = Api::namespaced(e.client.clone(), &e.ns);
+    let bookings: Api<Booking> = Api::namespaced(e.client.clone(), &e.ns);
     resources
         .create(
             &PostParams::default(),
@@ -1090,7 +1152,7 @@ async fn a_failing_member_is_retried_alone_with_backoff_while_the_others_run() {
         .expect("a successful start");
     let gap = accepted.since_start - refused[1].since_start;
     assert!(gap >= Duration::from_secs(4), "retried after {gap:?}");
-    let events: Api<Event> = Api::namespaced(e.client.clone(), NS);
+    let events: Api<Event> = Api::namespaced(e.client.clone(), &e.ns);
     let notes: Vec<String> = events
         .list(&ListParams::default())
         .await
@@ -1133,7 +1195,7 @@ async fn a_per_minute_scheduler_books_each_minute_once_across_a_restart() {
     // must hand it over without stopping it in between.
     let home = e.moto.ec2();
     stopped_group(&home, 1, "analytics").await;
-    Api::<Resource>::namespaced(e.client.clone(), NS)
+    Api::<Resource>::namespaced(e.client.clone(), &e.ns)
         .create(
             &PostParams::default(),
             &resource("ec2.analytics", "ec2", "analytics", None),
@@ -1142,11 +1204,11 @@ async fn a_per_minute_scheduler_books_each_minute_once_across_a_restart() {
         .unwrap();
     e.moto.start_recording().await.unwrap();
 
-    let schedulers: Api<BookingScheduler> = Api::namespaced(e.client.clone(), NS);
+    let schedulers: Api<BookingScheduler> = Api::namespaced(e.client.clone(), &e.ns);
     let scheduler: BookingScheduler = serde_json::from_value(serde_json::json!({
         "apiVersion": "manager.kotaico.de/v1",
         "kind": "BookingScheduler",
-        "metadata": {"name": "every-minute", "namespace": NS},
+        "metadata": {"name": "every-minute", "namespace": e.ns},
         "spec": {
             "schedule": "* * * * *",
             "duration": 1,
@@ -1166,7 +1228,7 @@ async fn a_per_minute_scheduler_books_each_minute_once_across_a_restart() {
 
     let admin = booking_harness::free_port().unwrap();
     let mut controller = start_controller(&e, admin, "sched-a", &smtp_env);
-    let bookings: Api<Booking> = Api::namespaced(e.client.clone(), NS);
+    let bookings: Api<Booking> = Api::namespaced(e.client.clone(), &e.ns);
     let selector = ListParams::default().labels(&format!("{SCHEDULER_LABEL}=every-minute"));
     let created = || async {
         bookings
