@@ -77,11 +77,10 @@ pub fn parse_rfc3339(field: &str, value: &str) -> Result<DateTime<Utc>, Timestam
 /// (`+0100`, `-0530`) after a time with seconds: what the user most likely meant.
 fn offset_with_colon(value: &str) -> Option<String> {
     let (head, offset) = value.split_at_checked(value.len().checked_sub(5)?)?;
-    let sign = offset.as_bytes()[0];
-    let digits = &offset[1..];
-    let after_seconds = head.len() >= 19 && head.as_bytes()[head.len() - 1].is_ascii_digit();
-    ((sign == b'+' || sign == b'-') && digits.bytes().all(|b| b.is_ascii_digit()) && after_seconds)
-        .then(|| format!("{head}{}{}:{}", sign as char, &digits[..2], &digits[2..]))
+    let (sign, digits) = offset.split_at_checked(1)?;
+    let after_seconds = head.len() >= 19 && head.ends_with(|c: char| c.is_ascii_digit());
+    (matches!(sign, "+" | "-") && digits.bytes().all(|b| b.is_ascii_digit()) && after_seconds)
+        .then(|| format!("{head}{sign}{}:{}", &digits[..2], &digits[2..]))
 }
 
 /// Formats an instant as RFC 3339 UTC with second precision (`2031-01-10T22:35:00Z`), or with
