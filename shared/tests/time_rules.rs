@@ -66,6 +66,10 @@ fn rfc3339_rejects_with_field_value_and_fix() {
             "2031-05-01T10:00:00.25-0530",
             "2031-05-01T10:00:00.25-05:30",
         ),
+        // Multi-byte characters where an offset would be.
+        ("2031-05-01T10:00:00€0100", ""),
+        ("2031-05-01T10:00:00+é100", ""),
+        ("2031-05-01T10:00:00+01€", ""),
         // Beyond the years the API server's CEL compares.
         ("0999-12-31T23:00:00Z", "1000 and 9998"),
         ("9999-01-01T00:00:00Z", "1000 and 9998"),
