@@ -8,7 +8,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, Time};
-use kube::api::{Api, ObjectMeta, PostParams};
+use kube::api::{Api, ObjectMeta};
 use tokio::sync::watch;
 
 use crate::conditions::{chrono_time, k8s_time};
@@ -81,7 +81,7 @@ pub async fn try_acquire(api: &Api<Lease>, cfg: &LeaseConfig) -> Result<bool, ku
                 },
                 spec: Some(spec_for(None)),
             };
-            match api.create(&PostParams::default(), &lease).await {
+            match api.create(&crate::reconcile::post_params(), &lease).await {
                 Ok(_) => Ok(true),
                 Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
                 Err(e) => Err(e),
@@ -93,7 +93,10 @@ pub async fn try_acquire(api: &Api<Lease>, cfg: &LeaseConfig) -> Result<bool, ku
             }
             lease.spec = Some(spec_for(lease.spec.as_ref()));
             // `resourceVersion` is kept: a concurrent writer makes this a 409.
-            match api.replace(&cfg.name, &PostParams::default(), &lease).await {
+            match api
+                .replace(&cfg.name, &crate::reconcile::post_params(), &lease)
+                .await
+            {
                 Ok(_) => Ok(true),
                 Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
                 Err(e) => Err(e),
@@ -155,7 +158,10 @@ async fn release(api: &Api<Lease>, cfg: &LeaseConfig) {
     {
         spec.holder_identity = None;
         spec.renew_time = None;
-        if let Err(e) = api.replace(&cfg.name, &PostParams::default(), &lease).await {
+        if let Err(e) = api
+            .replace(&cfg.name, &crate::reconcile::post_params(), &lease)
+            .await
+        {
             tracing::warn!(error = %e, "could not release the lease");
         }
     }

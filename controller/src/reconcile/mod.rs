@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use booking_shared::api::{Booking, Resource};
 use chrono::{DateTime, Utc};
 use kube::ResourceExt;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::reflector::{ObjectRef, Store};
 use serde::Serialize;
@@ -27,6 +27,26 @@ use crate::index::BookingIndex;
 use crate::metrics::Metrics;
 use crate::plan::{Attempt, Backoff};
 use crate::tags::TagKeys;
+
+/// The field manager of every write of the controller, so that `managedFields` (and Argo CD's
+/// diff) tell its writes apart from any other client's.
+pub const FIELD_MANAGER: &str = "booking-controller";
+
+/// Parameters of the controller's patches: its field manager.
+pub fn patch_params() -> PatchParams {
+    PatchParams {
+        field_manager: Some(FIELD_MANAGER.to_owned()),
+        ..PatchParams::default()
+    }
+}
+
+/// Parameters of the controller's creates and replaces: its field manager.
+pub fn post_params() -> PostParams {
+    PostParams {
+        field_manager: Some(FIELD_MANAGER.to_owned()),
+        ..PostParams::default()
+    }
+}
 
 /// Everything the reconcilers use, built once in `main`.
 pub struct Context {
@@ -170,7 +190,7 @@ where
         }
     }
     let patch = serde_json::json!({ "status": value });
-    api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+    api.patch_status(name, &patch_params(), &Patch::Merge(&patch))
         .await?;
     Ok(())
 }

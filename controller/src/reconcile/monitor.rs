@@ -10,7 +10,7 @@ use booking_shared::api::{Resource, ResourceMonitor, ResourceMonitorStatus, Reso
 use booking_shared::time::format_rfc3339;
 use chrono::Utc;
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
+use kube::api::{Api, DeleteParams, ObjectMeta};
 use kube::runtime::controller::Action;
 
 use super::{Context, ns_name, patch_status};
@@ -161,7 +161,7 @@ pub async fn reconcile(m: Arc<ResourceMonitor>, ctx: Arc<Context>) -> Result<Act
                 },
                 status: None,
             };
-            match resources.create(&PostParams::default(), &obj).await {
+            match resources.create(&super::post_params(), &obj).await {
                 Ok(_) => {
                     ctx.event(
                         m.as_ref(),

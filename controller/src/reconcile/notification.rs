@@ -29,7 +29,7 @@ use chrono::{DateTime, Duration, Utc};
 use futures::StreamExt;
 use kube::{
     Api, Resource as _, ResourceExt,
-    api::{Patch, PatchParams},
+    api::Patch,
     runtime::{
         Controller,
         controller::Action,
@@ -269,12 +269,8 @@ pub async fn reconcile(
             body["conditions"] = serde_json::to_value(&conditions).unwrap_or_default();
         }
         let patch = serde_json::json!({ "status": body });
-        api.patch_status(
-            &b.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        )
-        .await?;
+        api.patch_status(&b.name_any(), &super::patch_params(), &Patch::Merge(&patch))
+            .await?;
     }
 
     let mut wake = next_due;

@@ -18,7 +18,7 @@ use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use kube::{
     Api, Resource as _, ResourceExt,
-    api::{DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams},
+    api::{DeleteParams, ListParams, ObjectMeta, Patch},
     runtime::{
         Controller,
         controller::Action,
@@ -172,7 +172,7 @@ pub async fn reconcile(
             spec: booking_for_fire(&sched.spec, fire),
             status: None,
         };
-        match bookings.create(&PostParams::default(), &booking).await {
+        match bookings.create(&super::post_params(), &booking).await {
             Ok(_) => {
                 tracing::info!(booking = %booking_name, fire = %fire, "created booking");
                 publish(
@@ -312,7 +312,7 @@ async fn patch_status(
     }
     api.patch_status(
         name,
-        &PatchParams::default(),
+        &super::patch_params(),
         &Patch::Merge(serde_json::json!({ "status": value })),
     )
     .await?;

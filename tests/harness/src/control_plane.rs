@@ -247,7 +247,10 @@ impl Recipe {
             format!("--client-ca-file={}", p("ca.crt")),
             "--authorization-mode=RBAC".into(),
             format!("--service-account-key-file={}", p("service-account.pub")),
-            format!("--service-account-signing-key-file={}", p("service-account.key")),
+            format!(
+                "--service-account-signing-key-file={}",
+                p("service-account.key")
+            ),
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
             "--service-cluster-ip-range=10.0.0.0/24".into(),
             "--allow-privileged=true".into(),
@@ -267,7 +270,10 @@ impl Recipe {
             format!("--secure-port={}", ports.controller_manager),
             format!("--cert-dir={}", p("controller-manager-generated")),
             format!("--root-ca-file={}", p("ca.crt")),
-            format!("--service-account-private-key-file={}", p("service-account.key")),
+            format!(
+                "--service-account-private-key-file={}",
+                p("service-account.key")
+            ),
             "--use-service-account-credentials=true".into(),
             "--controllers=*".into(),
             "--v=1".into(),
@@ -296,7 +302,11 @@ impl ControlPlane {
     pub async fn start(dir: &TestDir, options: ControlPlaneOptions) -> Result<ControlPlane> {
         let started = Instant::now();
         let ports = Ports::free()?;
-        let recipe = Recipe::new(&dir.subdir("control-plane")?, ports, &options.apiserver_args)?;
+        let recipe = Recipe::new(
+            &dir.subdir("control-plane")?,
+            ports,
+            &options.apiserver_args,
+        )?;
         let mut etcd = ProcessBuilder::new("etcd", &recipe.etcd.0)
             .args(recipe.etcd.1.clone())
             .spawn(dir)?;
@@ -320,7 +330,9 @@ impl ControlPlane {
                 admin_key_pem: recipe.admin_key_pem.clone(),
             },
         };
-        plane.start_apiserver_with(recipe.apiserver.0.clone()).await?;
+        plane
+            .start_apiserver_with(recipe.apiserver.0.clone())
+            .await?;
         if options.controller_manager {
             let kcm = ProcessBuilder::new("kube-controller-manager", &recipe.controller_manager.0)
                 .args(recipe.controller_manager.1.clone())
@@ -576,7 +588,8 @@ pub async fn client_from(
             .map_err(|e| err(&e))?;
     if let Some((user, groups)) = impersonate {
         config.auth_info.impersonate = Some(user.to_owned());
-        config.auth_info.impersonate_groups = Some(groups.iter().map(|g| (*g).to_owned()).collect());
+        config.auth_info.impersonate_groups =
+            Some(groups.iter().map(|g| (*g).to_owned()).collect());
     }
     kube::Client::try_from(config).map_err(|e| err(&e))
 }
@@ -637,8 +650,7 @@ fn write_pki(dir: &Path) -> Result<Pki> {
 
     let write = |name: &str, text: &str| {
         let path = dir.join(name);
-        std::fs::write(&path, text)
-            .map_err(|e| Error::io(format!("writing {}", path.display()), e))
+        std::fs::write(&path, text).map_err(|e| Error::io(format!("writing {}", path.display()), e))
     };
     write("ca.crt", &ca.pem())?;
     write("apiserver.crt", &serving_cert.pem())?;

@@ -2237,6 +2237,11 @@ async fn kustomize_install_is_accepted_admitted_least_privileged_and_drift_free(
         .collect();
     assert!(!controller.is_empty(), "{managers:?}");
     for m in controller {
+        assert_eq!(
+            m["manager"],
+            booking_controller::reconcile::FIELD_MANAGER,
+            "the controller's writes carry its own field manager: {m}"
+        );
         assert_eq!(m["subresource"], "status", "{m}");
         let fields: Vec<&String> = m["fieldsV1"].as_object().unwrap().keys().collect();
         assert_eq!(fields, ["f:status"], "the controller owns only status: {m}");

@@ -21,7 +21,10 @@ use clap::{Parser, Subcommand};
 use tokio::signal::unix::{SignalKind, signal};
 
 #[derive(Parser, Debug)]
-#[command(name = "booking-control-plane", about = "The tests' real Kubernetes control plane")]
+#[command(
+    name = "booking-control-plane",
+    about = "The tests' real Kubernetes control plane"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Cmd,
