@@ -29,6 +29,9 @@ use std::time::{Duration, Instant};
 use base64::Engine as _;
 use bytes::Bytes;
 use http::Method;
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+};
 use rcgen::{
     BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
     KeyPair, KeyUsagePurpose,
@@ -854,4 +857,111 @@ pub fn unique_name(label: &str) -> String {
         h.finish() as u32
     };
     format!("{base}-{suffix:08x}")
+}
+
+/// Webhook configurations registered as shipped, but for where the API server calls the webhook:
+/// each webhook's Service reference becomes `clientConfig.url` — `base_url` (the local webhook,
+/// `https://127.0.0.1:<port>`) followed by the Service's path — with `caBundle` the CA that
+/// signed the local webhook's certificate. Nothing else changes. A control plane on 127.0.0.1
+/// has no cluster network to reach a Service through.
+#[derive(Clone, Debug)]
+pub struct LocalWebhooks {
+    /// The mutating configurations.
+    pub mutating: Vec<MutatingWebhookConfiguration>,
+    /// The validating configurations.
+    pub validating: Vec<ValidatingWebhookConfiguration>,
+}
+
+impl LocalWebhooks {
+    /// Reads the webhook configurations of `manifest` (multi-document YAML) and points them at
+    /// `base_url`, trusting `ca_pem`.
+    ///
+    /// # Errors
+    /// [`Error::Io`] when the file cannot be read, [`Error::Protocol`] when it holds something
+    /// else, a webhook without a Service path, or no configuration at all.
+    pub fn from_manifest(manifest: &Path, base_url: &str, ca_pem: &str) -> Result<LocalWebhooks> {
+        use serde::Deserialize as _;
+        let bad = |message: String| Error::Protocol {
+            what: manifest.display().to_string(),
+            message,
+        };
+        let text = std::fs::read_to_string(manifest)
+            .map_err(|e| Error::io(format!("reading {}", manifest.display()), e))?;
+        let mut out = LocalWebhooks {
+            mutating: Vec::new(),
+            validating: Vec::new(),
+        };
+        for doc in serde_yaml::Deserializer::from_str(&text) {
+            let yaml = serde_yaml::Value::deserialize(doc).map_err(|e| bad(e.to_string()))?;
+            let mut value = serde_json::to_value(yaml).map_err(|e| bad(e.to_string()))?;
+            if value.is_null() {
+                continue;
+            }
+            for webhook in value["webhooks"].as_array_mut().into_iter().flatten() {
+                let path = webhook["clientConfig"]["service"]["path"]
+                    .as_str()
+                    .ok_or_else(|| bad(format!("a webhook calls no Service path: {webhook}")))?
+                    .to_owned();
+                webhook["clientConfig"] = json!({
+                    "url": format!("{base_url}{path}"),
+                    "caBundle": base64::engine::general_purpose::STANDARD.encode(ca_pem),
+                });
+            }
+            match value["kind"].as_str() {
+                Some("MutatingWebhookConfiguration") => out
+                    .mutating
+                    .push(serde_json::from_value(value).map_err(|e| bad(e.to_string()))?),
+                Some("ValidatingWebhookConfiguration") => out
+                    .validating
+                    .push(serde_json::from_value(value).map_err(|e| bad(e.to_string()))?),
+                other => return Err(bad(format!("unexpected kind {other:?}"))),
+            }
+        }
+        if out.mutating.is_empty() && out.validating.is_empty() {
+            return Err(bad("no webhook configuration".into()));
+        }
+        Ok(out)
+    }
+
+    /// Every configuration as a JSON document (for `kubectl apply -f -`).
+    pub fn documents(&self) -> Vec<Value> {
+        let mut docs: Vec<Value> = Vec::new();
+        for c in &self.mutating {
+            let mut v = serde_json::to_value(c).expect("a configuration serializes");
+            v["apiVersion"] = json!("admissionregistration.k8s.io/v1");
+            v["kind"] = json!("MutatingWebhookConfiguration");
+            docs.push(v);
+        }
+        for c in &self.validating {
+            let mut v = serde_json::to_value(c).expect("a configuration serializes");
+            v["apiVersion"] = json!("admissionregistration.k8s.io/v1");
+            v["kind"] = json!("ValidatingWebhookConfiguration");
+            docs.push(v);
+        }
+        docs
+    }
+
+    /// Registers them (server-side apply, field manager `booking-tests`).
+    ///
+    /// # Errors
+    /// [`Error::Kube`] with the API server's answer.
+    pub async fn register(&self, client: &kube::Client) -> Result<()> {
+        let params = kube::api::PatchParams::apply("booking-tests").force();
+        let named = |name: &Option<String>| name.clone().unwrap_or_default();
+        for c in &self.mutating {
+            let api: kube::Api<MutatingWebhookConfiguration> = kube::Api::all(client.clone());
+            let name = named(&c.metadata.name);
+            api.patch(&name, &params, &kube::api::Patch::Apply(c))
+                .await
+                .map_err(|e| Error::Kube(format!("registering {name}: {e}")))?;
+        }
+        for c in &self.validating {
+            let api: kube::Api<ValidatingWebhookConfiguration> = kube::Api::all(client.clone());
+            let name = named(&c.metadata.name);
+            api.patch(&name, &params, &kube::api::Patch::Apply(c))
+                .await
+                .map_err(|e| Error::Kube(format!("registering {name}: {e}")))?;
+        }
+        Ok(())
+    }
 }

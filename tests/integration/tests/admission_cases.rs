@@ -22,7 +22,7 @@ use std::{
 
 use booking_harness::{
     TestDir,
-    control_plane::{self, ControlPlane, ControlPlaneOptions},
+    control_plane::{self, ControlPlane, ControlPlaneOptions, LocalWebhooks},
     free_port,
     process::{ManagedProcess, ProcessBuilder, Readiness},
     tls::TestCa,
@@ -218,39 +218,6 @@ async fn start_cluster(label: &str) -> System {
     system
 }
 
-/// The shipped webhook configurations with each webhook's Service reference replaced by
-/// `https://127.0.0.1:<port><the path the Service reference named>` and `ca_bundle`; nothing
-/// else changed.
-fn local_webhook_configurations(port: u16, ca_bundle: &str) -> Vec<Value> {
-    let manifests =
-        booking_tests::repo_root().join("manifests/webhook/webhook-configurations.yaml");
-    let mut configs = booking_tests::read_yaml_documents(&manifests);
-    assert!(
-        !configs.is_empty(),
-        "{} holds no webhook configuration",
-        manifests.display()
-    );
-    for config in &mut configs {
-        for webhook in config["webhooks"].as_array_mut().expect("webhooks") {
-            let client = &mut webhook["clientConfig"];
-            let path = client["service"]["path"]
-                .as_str()
-                .unwrap_or_else(|| {
-                    panic!("{}: a webhook without service.path", manifests.display())
-                })
-                .to_owned();
-            let client = client.as_object_mut().expect("clientConfig is an object");
-            client.remove("service");
-            client.insert(
-                "url".into(),
-                Value::String(format!("https://127.0.0.1:{port}{path}")),
-            );
-            client.insert("caBundle".into(), Value::String(ca_bundle.to_owned()));
-        }
-    }
-    configs
-}
-
 impl System {
     /// Starts the real `booking-webhook` with a serving certificate for 127.0.0.1 generated now,
     /// registers it through the shipped configurations, and waits until the API server calls it.
@@ -284,7 +251,15 @@ impl System {
             .expect("booking-webhook becomes ready (its caches synced)");
         self.webhook = Some(webhook);
 
-        for config in local_webhook_configurations(port, &ca.ca_bundle()) {
+        let manifest =
+            booking_tests::repo_root().join("manifests/webhook/webhook-configurations.yaml");
+        let local = LocalWebhooks::from_manifest(
+            &manifest,
+            &format!("https://127.0.0.1:{port}"),
+            &ca.cert_pem(),
+        )
+        .expect("the shipped webhook configurations");
+        for config in local.documents() {
             for w in config["webhooks"].as_array().into_iter().flatten() {
                 self.webhook_names
                     .push(w["name"].as_str().unwrap_or_default().to_owned());

@@ -208,13 +208,14 @@ fn print_usage(s: &Settings) {
     say!(
         "\nThe sandbox runs. From another shell:\n\
          \n    set -a; source {env}; set +a\n\
-         \n    kubectl get bookings,resources,resourcemonitors,bookingschedulers -n \"$NAMESPACE\"\
-         \n    kubectl get events -n \"$NAMESPACE\"\
+         \n    \"$KUBECTL\" get bookings,resources,resourcemonitors,bookingschedulers -n \"$NAMESPACE\"\
+         \n    \"$KUBECTL\" get bookings -n \"$NAMESPACE\" -w    # watch phases change\
+         \n    \"$KUBECTL\" get events -n \"$NAMESPACE\"\
          \n    aws ec2 describe-instances --region {region}    # AWS_ENDPOINT_URL points at moto\
          \n    ls \"$MAIL_DIR\"                                  # one RFC 5322 file per mail\
          \n    curl -s \"$CONTROLLER_METRICS_URL\" | head\n\
-         \nAny kubectl works with $KUBECONFIG; the control plane's own release is\
-         \n{kubectl} (also $KUBECTL).\
+         \n$KUBECTL is the control plane's own kubectl, {kubectl}; any kubectl within one\
+         \nminor version of v1.37 works with $KUBECONFIG as well.\
          \nEC2 groups: ec2.web ({region}, booked by demo-web), {analytics} (booked every minute by a\
          \nscheduler), ec2.batch ({region}, free to book); RDS: rds.reporting-db.\
          \nkube-apiserver https://127.0.0.1:{api} (etcd http://127.0.0.1:{etcd}), moto http://127.0.0.1:{moto},\

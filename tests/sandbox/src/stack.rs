@@ -8,17 +8,12 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
-use booking_harness::control_plane;
+use booking_harness::control_plane::{self, LocalWebhooks};
 use booking_shared::api::{Booking, BookingScheduler, Resource, ResourceMonitor};
-use k8s_openapi::ByteString;
-use k8s_openapi::api::admissionregistration::v1::{
-    MutatingWebhookConfiguration, ValidatingWebhookConfiguration, WebhookClientConfig,
-};
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DynamicObject, PostParams};
 use kube::core::ApiResource;
-use serde::Deserialize as _;
 use serde_json::json;
 
 use crate::procs::{self, Recorded};
@@ -326,11 +321,15 @@ async fn start(s: &Settings, binaries: &Binaries) -> Result<()> {
     std::fs::create_dir_all(s.mail_dir())?;
     let started = Instant::now();
 
-    // The shipped webhook configurations.
-    let webhook_configs = WebhookConfigs::load()?;
     // Certificates for the webhook (rcgen): a CA and a serving certificate for 127.0.0.1, the
     // address the API server calls it at.
     let tls = write_webhook_certs(&s.tls_dir())?;
+    // The shipped webhook configurations, calling the local webhook by URL.
+    let webhook_configs = LocalWebhooks::from_manifest(
+        &booking_harness::paths::repo_root().join("manifests/webhook/webhook-configurations.yaml"),
+        &format!("https://127.0.0.1:{}", p.webhook),
+        &tls.ca_pem,
+    )?;
 
     // The control plane: certificates, keys, etcd's data folder and the admin kubeconfig under
     // <dir>/control-plane, each component's command line for the sandbox's ports.
@@ -488,13 +487,7 @@ async fn start(s: &Settings, binaries: &Binaries) -> Result<()> {
         http_ok(format!("http://127.0.0.1:{}/readyz", p.webhook_admin))
     })
     .await?;
-    webhook_configs
-        .register(
-            &client,
-            &format!("https://127.0.0.1:{}", p.webhook),
-            &tls.ca_pem,
-        )
-        .await?;
+    webhook_configs.register(&client).await?;
 
     // 7. The controller.
     let mut controller_env: Vec<(String, String)> = s
@@ -829,84 +822,6 @@ async fn apply_crds(client: &kube::Client) -> Result<()> {
         }
     }
     Ok(())
-}
-
-/// The shipped webhook configurations (`manifests/webhook/webhook-configurations.yaml`).
-struct WebhookConfigs {
-    mutating: Vec<MutatingWebhookConfiguration>,
-    validating: Vec<ValidatingWebhookConfiguration>,
-}
-
-impl WebhookConfigs {
-    fn load() -> Result<Self> {
-        let path = booking_harness::paths::repo_root()
-            .join("manifests/webhook/webhook-configurations.yaml");
-        let text = std::fs::read_to_string(&path)
-            .with_context(|| format!("reading {}", path.display()))?;
-        let mut out = WebhookConfigs {
-            mutating: Vec::new(),
-            validating: Vec::new(),
-        };
-        for doc in serde_yaml::Deserializer::from_str(&text) {
-            let value = serde_yaml::Value::deserialize(doc)?;
-            let kind = value
-                .get("kind")
-                .and_then(|k| k.as_str())
-                .unwrap_or_default()
-                .to_owned();
-            let json = serde_json::to_value(&value)?;
-            match kind.as_str() {
-                "MutatingWebhookConfiguration" => {
-                    let c: MutatingWebhookConfiguration = serde_json::from_value(json)
-                        .with_context(|| format!("reading {}", path.display()))?;
-                    out.mutating.push(c);
-                }
-                "ValidatingWebhookConfiguration" => {
-                    let c: ValidatingWebhookConfiguration = serde_json::from_value(json)
-                        .with_context(|| format!("reading {}", path.display()))?;
-                    out.validating.push(c);
-                }
-                "" => {}
-                other => bail!("unexpected kind {other} in {}", path.display()),
-            }
-        }
-        if out.mutating.is_empty() && out.validating.is_empty() {
-            bail!("{} holds no webhook configuration", path.display());
-        }
-        Ok(out)
-    }
-
-    /// Registers them as shipped, but for where the API server calls the webhook: the
-    /// Service reference of each webhook becomes `clientConfig.url` at `base` (the local
-    /// webhook, `https://127.0.0.1:<port>`) with the Service's path, and the sandbox CA is the
-    /// `caBundle`. The API server here has no cluster network to reach a Service through.
-    async fn register(&self, client: &kube::Client, base: &str, ca_pem: &str) -> Result<()> {
-        let bundle = ByteString(ca_pem.as_bytes().to_vec());
-        let local = |config: &mut WebhookClientConfig| -> Result<()> {
-            let service = config
-                .service
-                .take()
-                .context("a shipped webhook calls no Service")?;
-            config.url = Some(format!("{base}{}", service.path.unwrap_or_default()));
-            config.ca_bundle = Some(bundle.clone());
-            Ok(())
-        };
-        for c in &self.mutating {
-            let mut c = c.clone();
-            for w in c.webhooks.iter_mut().flatten() {
-                local(&mut w.client_config)?;
-            }
-            create(&Api::all(client.clone()), &c).await?;
-        }
-        for c in &self.validating {
-            let mut c = c.clone();
-            for w in c.webhooks.iter_mut().flatten() {
-                local(&mut w.client_config)?;
-            }
-            create(&Api::all(client.clone()), &c).await?;
-        }
-        Ok(())
-    }
 }
 
 /// RFC 3339, whole seconds, UTC.

@@ -29,7 +29,7 @@ pub async fn render(s: &Settings, client: &kube::Client) -> String {
     section(&mut out, "EVENTS (latest 12)", events(s, client).await);
     let _ = writeln!(
         out,
-        "From another shell:  set -a; source {}; set +a; kubectl get bookings,resources -n \"$NAMESPACE\"",
+        "From another shell:  set -a; source {}; set +a; \"$KUBECTL\" get bookings,resources -n \"$NAMESPACE\"",
         s.env_file().display()
     );
     out
