@@ -133,11 +133,16 @@ async fn run(args: Args) -> anyhow::Result<()> {
     }
     println!("{}", serde_json::to_string_pretty(&results)?);
     eprintln!("booking-bench: wrote {}", args.out.display());
+    // The control planes' folders: deleted now (the last clones), or kept after a failure.
+    let planes = std::mem::take(&mut *kept_dirs().lock().unwrap_or_else(|e| e.into_inner()));
     if !failures.is_empty() {
         dir.keep();
-        for d in kept_dirs().lock().unwrap_or_else(|e| e.into_inner()).iter() {
+        for d in &planes {
             d.keep();
         }
+    }
+    drop(planes);
+    if !failures.is_empty() {
         bail!("sections failed: {failures:?}");
     }
     Ok(())
@@ -994,6 +999,10 @@ mod controller {
             booking_bench::stats::quantile_ms(&micros, 0.5),
             booking_bench::stats::quantile_ms(&micros, 0.99),
             booking_bench::stats::quantile_ms(&micros, 1.0)
+        );
+        results.insert(
+            format!("start_not_started_in_time_{n}_bookings"),
+            missing as f64,
         );
         if missing == 0 {
             let key = format!("start_latency_p99_ms_{n}_bookings");
