@@ -13,24 +13,19 @@ use anyhow::{Context as _, bail};
 use booking_harness::{
     TestDir,
     control_plane::{ControlPlane, ControlPlaneOptions},
-    paths::repo_root,
 };
 use futures::StreamExt as _;
 use k8s_openapi::{
-    api::{
-        admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration},
-        core::v1::Namespace,
-    },
+    api::core::v1::Namespace,
     apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
 };
 use kube::{
     Api,
-    api::{DeleteParams, ListParams, PostParams},
+    api::{ListParams, PostParams},
     core::{DynamicObject, GroupVersionKind},
     discovery::ApiResource,
     runtime::wait::{await_condition, conditions},
 };
-use serde::Deserialize as _;
 use serde_json::Value;
 
 use crate::{fixtures, stats::Samples, sys};
@@ -188,93 +183,4 @@ pub async fn create_all(
         elapsed: t0.elapsed(),
         latencies,
     })
-}
-
-/// The shipped webhook configurations (`manifests/webhook/webhook-configurations.yaml`), each
-/// webhook's `clientConfig` pointing at `https://127.0.0.1:<port><path>` with `ca_bundle` (base64
-/// PEM) instead of the in-cluster Service and cert-manager's injected CA.
-pub struct WebhookConfigurations {
-    mutating: Vec<MutatingWebhookConfiguration>,
-    validating: Vec<ValidatingWebhookConfiguration>,
-}
-
-impl WebhookConfigurations {
-    /// Reads the shipped file and points every webhook at `port` on 127.0.0.1.
-    pub fn shipped(port: u16, ca_bundle: &str) -> anyhow::Result<Self> {
-        let path = repo_root().join("manifests/webhook/webhook-configurations.yaml");
-        let text = std::fs::read_to_string(&path)
-            .with_context(|| format!("reading {}", path.display()))?;
-        let mut out = WebhookConfigurations {
-            mutating: Vec::new(),
-            validating: Vec::new(),
-        };
-        for doc in serde_yaml::Deserializer::from_str(&text) {
-            let mut value: Value = serde_json::to_value(serde_yaml::Value::deserialize(doc)?)?;
-            if value.is_null() {
-                continue;
-            }
-            for webhook in value["webhooks"].as_array_mut().into_iter().flatten() {
-                let path = webhook["clientConfig"]["service"]["path"]
-                    .as_str()
-                    .with_context(|| format!("a webhook without a service path in {webhook}"))?
-                    .to_owned();
-                webhook["clientConfig"] = serde_json::json!({
-                    "url": format!("https://127.0.0.1:{port}{path}"),
-                    "caBundle": ca_bundle,
-                });
-            }
-            match value["kind"].as_str() {
-                Some("MutatingWebhookConfiguration") => {
-                    out.mutating.push(serde_json::from_value(value)?);
-                }
-                Some("ValidatingWebhookConfiguration") => {
-                    out.validating.push(serde_json::from_value(value)?);
-                }
-                other => bail!("unexpected kind {other:?} in {}", path.display()),
-            }
-        }
-        if out.mutating.is_empty() || out.validating.is_empty() {
-            bail!(
-                "{} lacks a mutating or a validating configuration",
-                path.display()
-            );
-        }
-        Ok(out)
-    }
-
-    /// Creates them.
-    pub async fn register(&self, client: &kube::Client) -> anyhow::Result<()> {
-        let pp = PostParams::default();
-        for c in &self.mutating {
-            Api::<MutatingWebhookConfiguration>::all(client.clone())
-                .create(&pp, c)
-                .await
-                .context("registering the MutatingWebhookConfiguration")?;
-        }
-        for c in &self.validating {
-            Api::<ValidatingWebhookConfiguration>::all(client.clone())
-                .create(&pp, c)
-                .await
-                .context("registering the ValidatingWebhookConfiguration")?;
-        }
-        Ok(())
-    }
-
-    /// Deletes them.
-    pub async fn unregister(&self, client: &kube::Client) -> anyhow::Result<()> {
-        let dp = DeleteParams::default();
-        for c in &self.mutating {
-            let name = c.metadata.name.as_deref().unwrap_or_default();
-            Api::<MutatingWebhookConfiguration>::all(client.clone())
-                .delete(name, &dp)
-                .await?;
-        }
-        for c in &self.validating {
-            let name = c.metadata.name.as_deref().unwrap_or_default();
-            Api::<ValidatingWebhookConfiguration>::all(client.clone())
-                .delete(name, &dp)
-                .await?;
-        }
-        Ok(())
-    }
 }

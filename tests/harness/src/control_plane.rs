@@ -964,4 +964,28 @@ impl LocalWebhooks {
         }
         Ok(())
     }
+
+    /// Deletes them.
+    ///
+    /// # Errors
+    /// [`Error::Kube`] with the API server's answer.
+    pub async fn unregister(&self, client: &kube::Client) -> Result<()> {
+        let params = kube::api::DeleteParams::default();
+        let named = |name: &Option<String>| name.clone().unwrap_or_default();
+        for c in &self.mutating {
+            let api: kube::Api<MutatingWebhookConfiguration> = kube::Api::all(client.clone());
+            let name = named(&c.metadata.name);
+            api.delete(&name, &params)
+                .await
+                .map_err(|e| Error::Kube(format!("deleting {name}: {e}")))?;
+        }
+        for c in &self.validating {
+            let api: kube::Api<ValidatingWebhookConfiguration> = kube::Api::all(client.clone());
+            let name = named(&c.metadata.name);
+            api.delete(&name, &params)
+                .await
+                .map_err(|e| Error::Kube(format!("deleting {name}: {e}")))?;
+        }
+        Ok(())
+    }
 }

@@ -22,14 +22,16 @@ use std::{
 
 use anyhow::{Context as _, bail, ensure};
 use booking_bench::{
-    cluster::{self, Cluster, WebhookConfigurations},
+    cluster::{self, Cluster},
     fixtures::{self, Layout},
     load::{self, Target},
     stats::{Samples, median},
     sys,
 };
 use booking_harness::{
-    TestDir, free_port,
+    TestDir,
+    control_plane::LocalWebhooks,
+    free_port,
     process::{ManagedProcess, ProcessBuilder, Readiness},
     tls::{ServerCert, TestCa},
 };
@@ -584,7 +586,12 @@ mod webhook {
         // (2b) What the webhook adds to a real create: bookings created one at a time through
         // the API server of the 10k webhook, with the shipped webhook configurations
         // registered (pointing at that webhook) and without them, alternating.
-        let configs = WebhookConfigurations::shipped(wh_full.addr.port(), &ca.ca_bundle())?;
+        let configs = LocalWebhooks::from_manifest(
+            &booking_harness::paths::repo_root()
+                .join("manifests/webhook/webhook-configurations.yaml"),
+            &format!("https://127.0.0.1:{}", wh_full.addr.port()),
+            &ca.cert_pem(),
+        )?;
         let api = cluster::api(&full.client, "bookings", "Booking");
         let (mut with, mut without) = (Samples::default(), Samples::default());
         let mut next = args.bookings;
