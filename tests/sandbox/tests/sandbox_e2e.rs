@@ -213,6 +213,42 @@ fn pid_alive(pid: u32) -> bool {
     }
 }
 
+/// Sends `signal` (`INT`, `HUP`) to the demo, waits up to 30 s for it to exit, and asserts that
+/// it exited successfully and that none of the processes it recorded still runs. Returns the text
+/// of `log` (the demo's output or error file), which the failure messages show.
+async fn signal_demo_and_wait(
+    demo: &mut std::process::Child,
+    signal: &str,
+    pids: &[(String, u32)],
+    log: &Path,
+) -> String {
+    let sent = Command::new("kill")
+        .args([format!("-{signal}"), demo.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(sent.success());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = demo.try_wait().expect("demo status") {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the demo did not stop after SIG{signal}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    assert!(status.success(), "demo failed ({status}):\n{text}");
+    for (name, pid) in pids {
+        assert!(
+            !pid_alive(*pid),
+            "{name} (pid {pid}) still runs after the demo:\n{text}"
+        );
+    }
+    text
+}
+
 fn recorded_pids(dir: &Path) -> Vec<(String, u32)> {
     let mut out = Vec::new();
     for e in std::fs::read_dir(dir.join("pids"))
@@ -465,31 +501,8 @@ async fn demo_shows_the_booking_running_and_stops_everything_on_ctrl_c() {
     assert_eq!(pids.len(), PROCESSES, "{pids:?}");
 
     // Ctrl-C: the demo stops everything it started and exits successfully.
-    let sent = Command::new("kill")
-        .args(["-INT", &demo.id().to_string()])
-        .status()
-        .expect("kill");
-    assert!(sent.success());
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let status = loop {
-        if let Some(status) = demo.try_wait().expect("demo status") {
-            break status;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the demo did not stop after SIGINT"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
-    let text = std::fs::read_to_string(&out_path).unwrap_or_default();
-    assert!(status.success(), "demo failed ({status}):\n{text}");
+    let text = signal_demo_and_wait(&mut demo, "INT", &pids, &out_path).await;
     assert!(text.contains("Stopped:"), "{text}");
-    for (name, pid) in &pids {
-        assert!(
-            !pid_alive(*pid),
-            "{name} (pid {pid}) still runs after the demo"
-        );
-    }
     assert!(
         !sandbox.dir.path().join("env").exists(),
         "env file left behind"
@@ -547,35 +560,8 @@ async fn demo_stops_everything_when_its_output_pipe_closes_and_ctrl_c_comes() {
     let pids = recorded_pids(sandbox.dir.path());
     assert_eq!(pids.len(), PROCESSES, "{pids:?}");
 
-    let sent = Command::new("kill")
-        .args(["-INT", &demo.id().to_string()])
-        .status()
-        .expect("kill");
-    assert!(sent.success());
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let status = loop {
-        if let Some(status) = demo.try_wait().expect("demo status") {
-            break status;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the demo did not stop after its pipe closed and SIGINT"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
-    let err_text = std::fs::read_to_string(&err_path).unwrap_or_default();
-    assert!(
-        status.success(),
-        "demo failed ({status}):\n{err_text}\n{}",
-        sandbox.logs()
-    );
+    let err_text = signal_demo_and_wait(&mut demo, "INT", &pids, &err_path).await;
     assert!(!err_text.contains("panicked"), "{err_text}");
-    for (name, pid) in &pids {
-        assert!(
-            !pid_alive(*pid),
-            "{name} (pid {pid}) still runs after the demo:\n{err_text}"
-        );
-    }
     assert!(
         !sandbox.dir.path().join("env").exists(),
         "env file left behind"
@@ -616,29 +602,6 @@ async fn demo_stops_everything_when_its_terminal_hangs_up() {
     }
     let pids = recorded_pids(sandbox.dir.path());
     assert_eq!(pids.len(), PROCESSES, "{pids:?}");
-    let sent = Command::new("kill")
-        .args(["-HUP", &demo.id().to_string()])
-        .status()
-        .expect("kill");
-    assert!(sent.success());
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let status = loop {
-        if let Some(status) = demo.try_wait().expect("demo status") {
-            break status;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the demo did not stop after SIGHUP"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
-    let text = std::fs::read_to_string(&out_path).unwrap_or_default();
-    assert!(status.success(), "demo failed ({status}):\n{text}");
+    let text = signal_demo_and_wait(&mut demo, "HUP", &pids, &out_path).await;
     assert!(text.contains("SIGHUP: stopping the sandbox"), "{text}");
-    for (name, pid) in &pids {
-        assert!(
-            !pid_alive(*pid),
-            "{name} (pid {pid}) still runs after the demo"
-        );
-    }
 }
