@@ -10,6 +10,7 @@ pub mod aws;
 pub mod conditions;
 pub mod config;
 pub mod error;
+pub mod fanout;
 pub mod index;
 pub mod leader;
 pub mod metrics;

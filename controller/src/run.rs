@@ -24,6 +24,7 @@ use crate::aws::inventory::Inventory;
 use crate::aws::sdk::{SdkClients, load_config};
 use crate::config::{Args, RetryMode};
 use crate::error::Error;
+use crate::fanout::Fanout;
 use crate::index::{BookingIndex, Change};
 use crate::leader::{self, LeaseConfig};
 use crate::metrics::Metrics;
@@ -41,10 +42,6 @@ where
         Api::namespaced(client.clone(), namespace)
     }
 }
-
-/// Room in each shared watch stream's broadcast buffer (objects) before the watch waits for
-/// its slowest subscriber.
-const SHARED_STREAM_BUFFER: usize = 1024;
 
 /// Drops from a cached object what no reconciler reads: `metadata.managedFields` and the
 /// `kubectl.kubernetes.io/last-applied-configuration` annotation (a full copy of the spec).
@@ -200,24 +197,23 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let controller_config = kube::runtime::controller::Config::default()
         .concurrency(args.kube.max_concurrent_reconciles);
 
-    // One watch and one cache per kind, shared by every controller that reads it (kube's shared
-    // reflector): the Booking controller and the notification controller subscribe to the same
-    // Booking stream, the Resource controller and the Booking triggers to the same Resource
-    // stream. Cached objects drop what no reconciler reads (managedFields, the last-applied
-    // annotation), which is most of a small object's size.
-    let (bookings_store, bookings_writer) =
-        kube::runtime::reflector::store_shared::<Booking>(SHARED_STREAM_BUFFER);
-    let (resources_store, resources_writer) =
-        kube::runtime::reflector::store_shared::<Resource>(SHARED_STREAM_BUFFER);
-    let subscribe = || anyhow::anyhow!("a shared store can always be subscribed to");
-    let booking_events = bookings_writer.subscribe().ok_or_else(subscribe)?;
-    let notification_events = bookings_writer.subscribe().ok_or_else(subscribe)?;
-    let resource_events = resources_writer.subscribe().ok_or_else(subscribe)?;
+    // One watch and one cache per kind, shared by every controller that reads it: the Booking
+    // controller and the notification controller are fed by the same Booking watch, the
+    // Resource controller and the Booking triggers by the same Resource watch (see `fanout` for
+    // why not kube's shared streams). Cached objects drop what no reconciler reads
+    // (managedFields, the last-applied annotation), which is most of a small object's size.
+    let (bookings_store, bookings_writer) = kube::runtime::reflector::store::<Booking>();
+    let (resources_store, resources_writer) = kube::runtime::reflector::store::<Resource>();
+    let mut booking_fanout = Fanout::<Booking>::default();
+    let booking_events = booking_fanout.subscribe();
+    let notification_events = booking_fanout.subscribe();
+    let mut resource_fanout = Fanout::<Resource>::default();
+    let resource_events = resource_fanout.subscribe();
     let index = Arc::new(BookingIndex::default());
     // What a change concerns, as computed by the index: the Resources to reconcile and the
     // bookings whose arbitration may have changed. The cache and the index are updated before
-    // these triggers are sent, so a reconcile never decides on a cache older than its trigger
-    // (a deleted active booking must release its group).
+    // any trigger is sent (the fan-out's too), so a reconcile never decides on a cache older
+    // than its trigger (a deleted active booking must release its group).
     let (resource_triggers, resource_triggers_rx) = mpsc::unbounded::<ObjectRef<Resource>>();
     let (booking_triggers, booking_triggers_rx) = mpsc::unbounded::<ObjectRef<Booking>>();
     let send_change = {
@@ -260,6 +256,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                     Change::default()
                 }
             };
+            if let Ok(ev) = &ev {
+                booking_fanout.send(&store, ev);
+            }
             send_change(change);
             futures::future::ready(())
         })
@@ -306,6 +305,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                     Vec::new()
                 }
             };
+            if let Ok(ev) = &ev {
+                resource_fanout.send(&store, ev);
+            }
             for r in &resources {
                 for b in index.of_resource(r) {
                     let _ = booking_triggers.unbounded_send(b);

@@ -270,6 +270,14 @@ fn validate(
             return allow();
         }
     }
+    if kind == Kind::Booking && !state.bookings_synced() {
+        return unavailable(
+            req,
+            "the webhook is still loading the cluster's bookings (its overlap index has not \
+             synced since it started), so it cannot check spec.start_at/spec.end_at against them; \
+             nothing was changed: retry in a few seconds",
+        );
+    }
     let now = state.now();
     let info = RequestInfo::of(req);
     let outcome = match kind {
@@ -508,6 +516,8 @@ mod fast {
             return None;
         }
         match Kind::of(&peek.request?.kind)? {
+            // Until the index has synced, the general path answers (503).
+            Kind::Booking if !state.bookings_synced() => None,
             Kind::Booking => judge::<Booking>(state, body, |state, info, b, now| {
                 validate_booking(state, info, b, now)
             }),
@@ -590,6 +600,17 @@ fn typed<K: DeserializeOwned>(object: &DynamicObject, kind: &str) -> Result<K, I
             field,
         }])
     })
+}
+
+/// 503 Service Unavailable: the request cannot be judged yet; the client may retry.
+fn unavailable(
+    req: &AdmissionRequest<DynamicObject>,
+    message: &str,
+) -> (AdmissionResponse, Verdict) {
+    let mut response = AdmissionResponse::from(req);
+    response.allowed = false;
+    response.result = Status::failure(message, "ServiceUnavailable").with_code(503);
+    (response, Verdict::Error)
 }
 
 fn error(req: &AdmissionRequest<DynamicObject>, message: &str) -> (AdmissionResponse, Verdict) {

@@ -74,6 +74,13 @@ impl State {
         self.resources_synced.store(true, Ordering::Release);
     }
 
+    /// Whether the booking index holds the initial list of its watch: until then an overlap
+    /// check could miss any booking, so bookings are not judged (see
+    /// [`crate::admission`]).
+    pub fn bookings_synced(&self) -> bool {
+        self.bookings_synced.load(Ordering::Acquire)
+    }
+
     /// Whether every cache has synced: before that, an overlap check could miss a booking, so
     /// `/readyz` answers 503 and the API server's Service does not route to this replica.
     pub fn ready(&self) -> bool {

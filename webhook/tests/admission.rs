@@ -461,3 +461,48 @@ fn watch_events_keep_the_index_current() {
     assert_eq!(slot_of("relisted"), Some(at(2)));
     assert_eq!(state.read_index().len(), 1);
 }
+
+/// A restarted webhook whose index has not synced yet cannot know the cluster's bookings: it
+/// answers 503 with a message to retry, on the fast path and the general one alike, and admits
+/// nothing that could overlap. Other kinds and status updates are judged as usual.
+#[test]
+fn bookings_are_not_judged_before_the_index_has_synced() {
+    use booking_webhook::{metrics::Metrics, state::State};
+    let state = State::new(
+        booking_shared::validation::Policy::default(),
+        chrono::Duration::seconds(30),
+        None,
+        std::sync::Arc::new(now),
+        Metrics::new(),
+    );
+    let req = Req::create(booking("ns", "b", "ec2.analytics", 1, 2, "ann"));
+    assert!(booking_webhook::admission::validate_fast(&state, &req.body()).is_none());
+    let r = validate(&state, &req);
+    assert_eq!(r["allowed"], false, "{r}");
+    assert_eq!(r["status"]["code"], 503, "{r}");
+    assert!(message(&r).contains("retry in a few seconds"), "{r}");
+    assert!(message(&r).contains("spec.start_at/spec.end_at"), "{r}");
+    let scheduler = validate(
+        &state,
+        &Req::create(json!({
+            "apiVersion": "manager.kotaico.de/v1",
+            "kind": "BookingScheduler",
+            "metadata": {"namespace": "ns", "name": "s"},
+            "spec": {"schedule": "0 9 * * 1-5", "duration": 60,
+                     "bookingTemplate": {"resource_name": "ec2.analytics", "user_id": "ann"}},
+        })),
+    );
+    assert_eq!(scheduler["allowed"], true, "{scheduler}");
+    let mut buffer = Vec::new();
+    booking_webhook::caches::apply_booking_event(
+        &state,
+        &mut buffer,
+        kube::runtime::watcher::Event::Init,
+    );
+    booking_webhook::caches::apply_booking_event(
+        &state,
+        &mut buffer,
+        kube::runtime::watcher::Event::InitDone,
+    );
+    assert_eq!(validate(&state, &req)["allowed"], true);
+}

@@ -302,6 +302,27 @@ impl ManagedProcess {
         Ok(status)
     }
 
+    /// Kills the process's group at once with SIGKILL, as a crash or an OOM kill would, and
+    /// waits for the leader to exit. Returns how it exited.
+    ///
+    /// # Errors
+    /// [`Error::Io`] when the process's status cannot be read.
+    pub fn kill(&mut self) -> Result<ExitStatus> {
+        if let Some(status) = self.try_exit_status()? {
+            signal_group(self.child.id(), rustix::process::Signal::KILL);
+            self.stopped = true;
+            return Ok(status);
+        }
+        signal_group(self.child.id(), rustix::process::Signal::KILL);
+        let status = self
+            .child
+            .wait()
+            .map_err(|e| Error::io(format!("waiting for {} to exit", self.name), e))?;
+        self.exit = Some(status);
+        self.stopped = true;
+        Ok(status)
+    }
+
     fn stop_group(&mut self) -> Result<ExitStatus> {
         if let Some(status) = self.try_exit_status()? {
             // The leader is gone; make sure no member of its group lingers.

@@ -2,6 +2,9 @@
 //! and the generated CRDs. What an API server accepts is asked of a real one (see
 //! `booking_harness::control_plane`), never imitated here.
 
+pub mod campaign;
+pub mod e2e;
+
 use std::path::{Path, PathBuf};
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;

@@ -27,6 +27,7 @@ use booking_harness::{
     process::{ManagedProcess, ProcessBuilder, Readiness},
     tls::TestCa,
 };
+use booking_tests::e2e::webhook_binary;
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
 use serde_json::Value;
@@ -133,44 +134,6 @@ struct System {
     /// Stops kube-controller-manager, kube-apiserver and etcd when dropped.
     plane: ControlPlane,
     dir: TestDir,
-}
-
-/// `target/debug/booking-webhook`, beside the test executable's `deps` folder; fails when it is
-/// missing or older than any source file it was built from (per cargo's dep-info file beside
-/// it, `booking-webhook.d`).
-fn webhook_binary() -> PathBuf {
-    let exe = std::env::current_exe().expect("the test executable's path");
-    let dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("the test executable lives in target/<profile>/deps");
-    let bin = dir.join("booking-webhook");
-    let rebuild = "build it first: cargo build -p booking-webhook";
-    let built = std::fs::metadata(&bin)
-        .and_then(|m| m.modified())
-        .unwrap_or_else(|e| panic!("{} is missing ({e}); {rebuild}", bin.display()));
-    let dep_info = dir.join("booking-webhook.d");
-    let deps = std::fs::read_to_string(&dep_info)
-        .unwrap_or_else(|e| panic!("{} is missing ({e}); {rebuild}", dep_info.display()));
-    let sources = deps
-        .split_once(": ")
-        .map(|(_, list)| list)
-        .unwrap_or_default()
-        .split_whitespace()
-        .map(PathBuf::from)
-        .filter(|p| p.starts_with(booking_tests::repo_root().canonicalize().unwrap()));
-    for source in sources {
-        let changed = std::fs::metadata(&source).and_then(|m| m.modified());
-        if let Ok(changed) = changed {
-            assert!(
-                changed <= built,
-                "{} is older than {}; {rebuild}",
-                bin.display(),
-                source.display()
-            );
-        }
-    }
-    bin
 }
 
 /// A control plane of the test's own with the CRDs installed, as an operator installs them

@@ -1,0 +1,157 @@
+//! One watch per kind, fanned out to every controller that reads its cache.
+//!
+//! The watch's reflector updates the cache, then hands each event to [`Fanout::send`], which
+//! passes the cached object (an `Arc`, never a copy) to every subscriber: on `Apply` the object
+//! itself, on `InitDone` (a first list or a relist) every object of the cache. Each subscriber
+//! is the trigger stream of one `Controller` (`Controller::for_shared_stream`), which looks the
+//! object up again in the cache when its reconcile runs.
+//!
+//! Why not kube's own shared streams (`store_shared` + `subscribe`): their subscriber
+//! (`ReflectHandle`) answers `Pending` without registering for a wake-up when the object it was
+//! told about has left the cache meanwhile — a booking deleted (a scheduler pruning its history)
+//! between the relist that announced it and the controller reading that announcement. The
+//! controller then never polls that stream again: no Booking reconcile is triggered by any later
+//! change, and the phases of bookings whose requeue was lost with the restart stay frozen. A
+//! channel of objects cannot lose a wake-up, and a deleted object's reconcile is simply skipped by
+//! the controller (it is not in the cache any more).
+
+use std::sync::Arc;
+
+use futures::channel::mpsc;
+use kube::runtime::reflector::Store;
+use kube::runtime::watcher;
+
+/// The subscribers of one watch.
+pub struct Fanout<K: kube::Resource + Clone + 'static>
+where
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    subscribers: Vec<mpsc::UnboundedSender<Arc<K>>>,
+}
+
+impl<K> Default for Fanout<K>
+where
+    K: kube::Resource + Clone + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    fn default() -> Self {
+        Self {
+            subscribers: Vec::new(),
+        }
+    }
+}
+
+impl<K> Fanout<K>
+where
+    K: kube::Resource + Clone + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone + Default,
+{
+    /// A new subscriber: the trigger stream of one controller.
+    pub fn subscribe(&mut self) -> mpsc::UnboundedReceiver<Arc<K>> {
+        let (tx, rx) = mpsc::unbounded();
+        self.subscribers.push(tx);
+        rx
+    }
+
+    /// Passes what `event` changed to every subscriber. Call it after the reflector has applied
+    /// the event to `cache` (the order `kube::runtime::reflector` yields in).
+    pub fn send(&self, cache: &Store<K>, event: &watcher::Event<K>) {
+        match event {
+            watcher::Event::Apply(obj) => {
+                let cached = cache
+                    .get(&kube::runtime::reflector::ObjectRef::from_obj(obj))
+                    .unwrap_or_else(|| Arc::new(obj.clone()));
+                self.to_all(&cached);
+            }
+            watcher::Event::InitDone => {
+                for obj in cache.state() {
+                    self.to_all(&obj);
+                }
+            }
+            watcher::Event::Delete(_) | watcher::Event::Init | watcher::Event::InitApply(_) => {}
+        }
+    }
+
+    fn to_all(&self, obj: &Arc<K>) {
+        for s in &self.subscribers {
+            // A subscriber gone means its controller has shut down: nothing to tell it.
+            let _ = s.unbounded_send(obj.clone());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::StreamExt;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::ObjectMeta;
+    use kube::runtime::reflector;
+
+    fn cm(name: &str) -> ConfigMap {
+        ConfigMap {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("ns".into()),
+                ..ObjectMeta::default()
+            },
+            ..ConfigMap::default()
+        }
+    }
+
+    fn names(got: &[Arc<ConfigMap>]) -> Vec<String> {
+        got.iter()
+            .map(|c| c.metadata.name.clone().unwrap_or_default())
+            .collect()
+    }
+
+    /// A relist announces `a`, `a` is deleted before the subscriber reads the announcement, then
+    /// `b` is applied: the subscriber still sees `b` (kube's shared-stream subscriber would wait
+    /// forever at `a`).
+    #[tokio::test]
+    async fn an_object_deleted_before_it_is_read_never_stalls_later_events() {
+        let (store, mut writer) = reflector::store::<ConfigMap>();
+        let mut fanout = Fanout::default();
+        let mut first = fanout.subscribe();
+        let mut second = fanout.subscribe();
+        let mut feed = |ev: watcher::Event<ConfigMap>| {
+            writer.apply_watcher_event(&ev);
+            fanout.send(&store, &ev);
+        };
+        feed(watcher::Event::Init);
+        feed(watcher::Event::InitApply(cm("a")));
+        feed(watcher::Event::InitDone);
+        feed(watcher::Event::Delete(cm("a")));
+        feed(watcher::Event::Apply(cm("b")));
+        for rx in [&mut first, &mut second] {
+            let got: Vec<_> = rx.by_ref().take(2).collect().await;
+            assert_eq!(names(&got), ["a", "b"]);
+        }
+        assert!(
+            store
+                .get(&reflector::ObjectRef::new("a").within("ns"))
+                .is_none()
+        );
+    }
+
+    #[tokio::test]
+    async fn a_relist_announces_every_cached_object_and_deletions_announce_nothing() {
+        let (store, mut writer) = reflector::store::<ConfigMap>();
+        let mut fanout = Fanout::default();
+        let mut rx = fanout.subscribe();
+        for ev in [
+            watcher::Event::Init,
+            watcher::Event::InitApply(cm("x")),
+            watcher::Event::InitApply(cm("y")),
+            watcher::Event::InitDone,
+            watcher::Event::Delete(cm("x")),
+        ] {
+            writer.apply_watcher_event(&ev);
+            fanout.send(&store, &ev);
+        }
+        drop(fanout);
+        let mut got = names(&rx.by_ref().collect::<Vec<_>>().await);
+        got.sort();
+        assert_eq!(got, ["x", "y"]);
+    }
+}
