@@ -1,4 +1,5 @@
-//! One watch per kind, fanned out to every controller that reads its cache.
+//! One watch per kind, fanned out to every controller that reads its cache, and the signal that
+//! a cache holds its first full list.
 //!
 //! The watch's reflector updates the cache, then hands each event to [`Fanout::send`], which
 //! passes the cached object (an `Arc`, never a copy) to every subscriber: on `Apply` the object
@@ -6,20 +7,55 @@
 //! is the trigger stream of one `Controller` (`Controller::for_shared_stream`), which looks the
 //! object up again in the cache when its reconcile runs.
 //!
-//! Why not kube's own shared streams (`store_shared` + `subscribe`): their subscriber
-//! (`ReflectHandle`) answers `Pending` without registering for a wake-up when the object it was
-//! told about has left the cache meanwhile — a booking deleted (a scheduler pruning its history)
-//! between the relist that announced it and the controller reading that announcement. The
-//! controller then never polls that stream again: no Booking reconcile is triggered by any later
-//! change, and the phases of bookings whose requeue was lost with the restart stay frozen. A
-//! channel of objects cannot lose a wake-up, and a deleted object's reconcile is simply skipped by
-//! the controller (it is not in the cache any more).
+//! Both replace parts of kube-runtime (5.0) that can lose a wake-up, each of which freezes the
+//! reconciles of some objects for the rest of the process's life:
+//!
+//! - `Store::wait_until_ready` keeps a single waker (a shared oneshot receiver): of many
+//!   reconciles waiting together for a cache, only the last is woken. At start-up every Booking
+//!   is reconciled before the Resource list has arrived, so most of them waited forever, and a
+//!   reconcile in flight also swallows every later trigger of its object: their phases froze
+//!   after a restart, and no change of the booking woke them. [`Synced`] wakes every waiter.
+//! - The subscriber of kube's shared streams (`store_shared` + `subscribe`) answers `Pending`
+//!   without registering for a wake-up when the object it was told about has left the cache
+//!   meanwhile (a booking deleted, e.g. by a scheduler pruning its history, between the relist
+//!   that announced it and the controller reading the announcement); the controller never polls
+//!   that stream again. A channel of objects cannot lose a wake-up, and a deleted object's
+//!   reconcile is simply skipped by the controller (it is not in the cache any more).
 
 use std::sync::Arc;
 
 use futures::channel::mpsc;
 use kube::runtime::reflector::Store;
 use kube::runtime::watcher;
+
+/// Whether a cache (or an index fed with it) holds its first full list. Any number of tasks may
+/// wait for it at once; all are woken.
+pub struct Synced(tokio::sync::watch::Sender<bool>);
+
+impl Default for Synced {
+    fn default() -> Self {
+        Self(tokio::sync::watch::Sender::new(false))
+    }
+}
+
+impl Synced {
+    /// Records that the first full list is in.
+    pub fn mark(&self) {
+        self.0.send_replace(true);
+    }
+
+    /// Whether the first full list is in.
+    pub fn is_synced(&self) -> bool {
+        *self.0.borrow()
+    }
+
+    /// Waits until [`Synced::mark`] was called; returns at once afterwards.
+    pub async fn wait(&self) {
+        let mut rx = self.0.subscribe();
+        // The sender lives in `self`, so the wait cannot fail.
+        let _ = rx.wait_for(|synced| *synced).await;
+    }
+}
 
 /// The subscribers of one watch.
 pub struct Fanout<K: kube::Resource + Clone + 'static>
@@ -132,6 +168,28 @@ mod tests {
                 .get(&reflector::ObjectRef::new("a").within("ns"))
                 .is_none()
         );
+    }
+
+    /// A hundred reconciles waiting together are all woken when the list is in.
+    #[tokio::test]
+    async fn every_waiter_is_woken_when_the_first_list_is_in() {
+        let synced = Arc::new(Synced::default());
+        let waiters: Vec<_> = (0..100)
+            .map(|_| {
+                let synced = synced.clone();
+                tokio::spawn(async move { synced.wait().await })
+            })
+            .collect();
+        tokio::task::yield_now().await;
+        assert!(!synced.is_synced());
+        synced.mark();
+        let all = futures::future::join_all(waiters);
+        tokio::time::timeout(std::time::Duration::from_secs(5), all)
+            .await
+            .expect("every waiter woken");
+        assert!(synced.is_synced());
+        // And a late waiter returns at once.
+        synced.wait().await;
     }
 
     #[tokio::test]

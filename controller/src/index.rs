@@ -16,6 +16,7 @@ use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 
 use crate::arbitration::BookingView;
+use crate::fanout::Synced;
 use crate::reconcile::view_of;
 
 /// What a booking holds in the index: the Resource it names and its arbitration view (parsed
@@ -92,14 +93,14 @@ pub struct Change {
 pub struct BookingIndex {
     inner: RwLock<Inner>,
     /// Whether the first full list has been indexed.
-    ready: tokio::sync::watch::Sender<bool>,
+    ready: Synced,
 }
 
 impl Default for BookingIndex {
     fn default() -> Self {
         Self {
             inner: RwLock::default(),
-            ready: tokio::sync::watch::Sender::new(false),
+            ready: Synced::default(),
         }
     }
 }
@@ -108,9 +109,7 @@ impl BookingIndex {
     /// Waits until the first full list has been indexed ([`BookingIndex::rebuild`]); until
     /// then the index reads as "no bookings anywhere". Returns at once afterwards.
     pub async fn wait_ready(&self) {
-        let mut rx = self.ready.subscribe();
-        // The sender lives in `self`, so the wait cannot fail.
-        let _ = rx.wait_for(|ready| *ready).await;
+        self.ready.wait().await;
     }
 
     fn write(&self) -> std::sync::RwLockWriteGuard<'_, Inner> {
@@ -173,7 +172,7 @@ impl BookingIndex {
             .collect();
         *inner = fresh;
         drop(inner);
-        self.ready.send_replace(true);
+        self.ready.mark();
         Change {
             rearbitrate: resources.clone(),
             resources,

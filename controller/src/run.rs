@@ -263,8 +263,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             futures::future::ready(())
         })
     };
+    let resources_synced = Arc::new(crate::fanout::Synced::default());
     let resources_feed = {
         let index = index.clone();
+        let synced = resources_synced.clone();
         let booking_triggers = booking_triggers.clone();
         let store = resources_store.clone();
         // Bookings read only whether their Resource exists: only its appearance and its
@@ -292,6 +294,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                     vec![key]
                 }
                 Ok(watcher::Event::InitDone) => {
+                    synced.mark();
                     known = store
                         .state()
                         .iter()
@@ -328,6 +331,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         default_region,
         index,
         resources: resources_store.clone(),
+        resources_synced,
         attempts: Mutex::new(BTreeMap::new()),
         targeted: Mutex::new(BTreeMap::new()),
         targeted_min_interval: chrono::Duration::from_std(args.inventory_interval())

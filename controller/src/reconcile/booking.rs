@@ -28,6 +28,7 @@ pub async fn reconcile(b: Arc<Booking>, ctx: Arc<Context>) -> Result<Action> {
     {
         return Ok(Action::await_change());
     }
+    tracing::debug!("waiting for the caches");
     ctx.caches_ready().await?;
     let now = Utc::now();
     // The cache may not hold this very version yet: use the object given.
@@ -43,6 +44,7 @@ pub async fn reconcile(b: Arc<Booking>, ctx: Arc<Context>) -> Result<Action> {
         .find(|v| v.name == name)
         .cloned()
         .expect("the booking is among its own resource's bookings");
+    tracing::debug!(phase = ?verdict.phase, next = ?verdict.next_boundary, "judged");
     let resource_exists = ctx
         .resources
         .get(&ObjectRef::<Resource>::new(&b.spec.resource_name).within(&ns))
@@ -145,6 +147,7 @@ pub async fn reconcile(b: Arc<Booking>, ctx: Arc<Context>) -> Result<Action> {
             map.remove("notificationsSent");
         }
         patch_status(&api, &name, &body, &["status"]).await?;
+        tracing::debug!(phase = ?status.status, "status written");
         // Every change of phase is an Event, except a new booking's first phase SCHEDULED:
         // that is the common case, its status says so, and thousands of bookings created
         // together (a GitOps sync, a scheduler's history) would each cost an Event write and

@@ -23,6 +23,7 @@ use crate::arbitration::BookingView;
 use crate::aws::executor::Executor;
 use crate::aws::inventory::Inventory;
 use crate::error::{Error, Result};
+use crate::fanout::Synced;
 use crate::index::BookingIndex;
 use crate::metrics::Metrics;
 use crate::plan::{Attempt, Backoff};
@@ -65,6 +66,8 @@ pub struct Context {
     pub index: Arc<BookingIndex>,
     /// All Resources in scope (the Resource controller's cache).
     pub resources: Store<Resource>,
+    /// Whether `resources` holds its first full list.
+    pub resources_synced: Arc<Synced>,
     /// Last action per member ID.
     pub attempts: Mutex<BTreeMap<String, Attempt>>,
     /// Last targeted refresh per Resource (`ns/name`), to bound them.
@@ -95,7 +98,7 @@ impl Context {
     /// that is booked. Returns at once afterwards.
     pub async fn caches_ready(&self) -> Result<()> {
         self.index.wait_ready().await;
-        self.resources.wait_until_ready().await?;
+        self.resources_synced.wait().await;
         Ok(())
     }
 

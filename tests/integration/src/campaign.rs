@@ -698,6 +698,8 @@ pub struct Report {
     pub controller_restarts: usize,
     /// Restarts of the kube-apiserver (each after an etcd compaction).
     pub apiserver_restarts: usize,
+    /// Exits of a replica by itself (a lost Lease), each followed by a restart.
+    pub self_exits: usize,
     /// Mails received.
     pub mails: usize,
     /// AWS writes.
@@ -713,7 +715,7 @@ impl std::fmt::Display for Report {
         write!(
             f,
             "seed {}: {} transitions of {} bookings, {} SIGKILL + {} SIGTERM, {} controller restarts, \
-             {} API server restarts after etcd compaction, {} AWS writes, {} mails; longest time to \
+             {} exits on a lost Lease, {} API server restarts after etcd compaction, {} AWS writes, {} mails; longest time to \
              converge {:.1} s; {} violations",
             self.seed,
             self.transitions,
@@ -721,6 +723,7 @@ impl std::fmt::Display for Report {
             self.sigkills,
             self.sigterms,
             self.controller_restarts,
+            self.self_exits,
             self.apiserver_restarts,
             self.writes,
             self.mails,
@@ -774,7 +777,11 @@ impl World {
             .env("SMTP_PORT", &smtp_port)
             .env("SMTP_SENDER", "booking@example.com")
             .env("SMTP_SECURITY", "none")
-            .env("RUST_LOG", "info,booking_controller=debug")
+            .env(
+                "RUST_LOG",
+                std::env::var("CAMPAIGN_CONTROLLER_LOG")
+                    .unwrap_or_else(|_| "info,booking_controller=debug".to_owned()),
+            )
             .spawn(&self.dir)
             .expect("controller starts");
         r.process = Some(p);
@@ -1117,6 +1124,24 @@ pub async fn run(options: &Options) -> Report {
         for i in due {
             w.spawn(i);
             report.controller_restarts += 1;
+        }
+        // A replica that exited by itself (leadership lost while the API server was away) is
+        // started again, as the kubelet restarts a container.
+        for i in 0..w.replicas.len() {
+            let exited = w.replicas[i]
+                .process
+                .as_mut()
+                .is_some_and(|p| p.try_exit_status().ok().flatten().is_some());
+            if exited && !pending_restarts.iter().any(|(_, j)| *j == i) {
+                eprintln!(
+                    "campaign: {} exited by itself at {}; restarting it in 1 s",
+                    w.replicas[i].identity,
+                    format_rfc3339(Utc::now())
+                );
+                w.replicas[i].process = None;
+                report.self_exits += 1;
+                pending_restarts.push((Utc::now() + chrono::TimeDelta::seconds(1), i));
+            }
         }
         // Leadership.
         let leading = w.leader().await.is_some();
