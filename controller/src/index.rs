@@ -322,9 +322,9 @@ mod tests {
         assert_eq!(idx.in_progress(), 0);
         // Deleting what is not there concerns nothing.
         assert_eq!(idx.delete(&a), Change::default());
-        assert!(!*idx.ready.borrow());
+        assert!(!idx.ready.is_synced());
         let c = idx.rebuild([&booking("c", "r3", S, E)]);
-        assert!(*idx.ready.borrow());
+        assert!(idx.ready.is_synced());
         assert_eq!(c.resources, set(&["r2", "r3"]));
         assert_eq!(c.rearbitrate, set(&["r2", "r3"]));
         assert_eq!(idx.len(), 1);

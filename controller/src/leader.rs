@@ -124,19 +124,20 @@ pub async fn acquire(
     }
 }
 
-/// Renews the Lease until `shutdown` fires (then releases it for a fast failover) or until it
-/// cannot be renewed within its duration (then returns `Err`: the caller must stop acting).
+/// Renews the Lease until `release` fires (then releases it for a fast failover: the caller
+/// fires it once it has stopped acting) or until it cannot be renewed within its duration (then
+/// returns `Err`: the caller must stop acting).
 pub async fn keep(
     api: Api<Lease>,
     cfg: LeaseConfig,
-    mut shutdown: watch::Receiver<bool>,
+    mut release: watch::Receiver<bool>,
 ) -> Result<(), String> {
     let mut last_renewal = tokio::time::Instant::now();
     loop {
         tokio::select! {
             _ = tokio::time::sleep(cfg.renew) => {}
-            _ = shutdown.changed() => {
-                release(&api, &cfg).await;
+            _ = release.changed() => {
+                self::release(&api, &cfg).await;
                 return Ok(());
             }
         }

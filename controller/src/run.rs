@@ -156,6 +156,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         });
     ready.set(true);
     let mut leader_task = None;
+    // The Lease is released only once every controller has finished its reconciles in flight
+    // (graceful shutdown), never at the signal itself: a successor must not act while this
+    // replica still does (a mail sent but not yet recorded, a stop not yet reported).
+    let (release_tx, release_rx) = watch::channel(false);
     if args.leader.leader_elect {
         let cfg = LeaseConfig {
             name: args.leader.lease_name.clone(),
@@ -172,7 +176,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         }
         tracing::info!(identity = %cfg.identity, "leading");
         metrics.set_leader(true);
-        leader_task = Some(tokio::spawn(leader::keep(leases, cfg, shutdown_rx.clone())));
+        leader_task = Some(tokio::spawn(leader::keep(leases, cfg, release_rx)));
     }
 
     let keys = TagKeys::new(args.aws.tag_prefix.clone());
@@ -432,10 +436,11 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         Some(mut task) => {
             tokio::select! {
                 _ = controllers => {
-                    // Shut down: the lease task sees the same signal and releases the Lease so
+                    // Shut down: every reconcile in flight has finished; release the Lease so
                     // that a standby replica takes over at once.
                     ready.set(false);
                     let _ = shutdown_tx.send(true);
+                    let _ = release_tx.send(true);
                     match tokio::time::timeout(Duration::from_secs(5), &mut task).await {
                         Ok(Ok(Err(why))) => tracing::warn!(%why, "lease ended badly during shutdown"),
                         Ok(_) => {}

@@ -6,10 +6,12 @@
 //! clock injected): a notification is due `leadMinutes` (default 20) before the end, never before
 //! the start and never after the end — after downtime, an ended booking sends nothing.
 //!
-//! At most once: a notification is recorded in `status.notificationsSent` right after it is
-//! sent (a merge patch guarded by the object's resourceVersion); emails carry a Message-ID
-//! derived from the booking's uid and the notification, so the rare duplicate after a crash
-//! between sending and recording is recognised by mail clients. Failures set the condition
+//! At most once: a notification is recorded in `status.notificationsSent` before it is sent (a
+//! crash between the two loses that one mail rather than sending it twice), after a fresh read
+//! of the booking; a send that may succeed later gives its record back. The Lease is released
+//! only after every reconcile in flight has finished, so a successor never sends what its
+//! predecessor is sending. Emails carry a Message-ID derived from the booking's uid and the
+//! notification. Failures set the condition
 //! `NotificationFailed`, publish a Warning Event and are retried with exponential backoff
 //! (30 s doubling to 10 min) while the booking lasts; an unknown type or an unusable recipient
 //! is reported once and not retried.
@@ -163,17 +165,32 @@ pub async fn reconcile(
     let mut errors: Vec<String> = Vec::new();
     let mut retry = false;
     let mut next_due: Option<chrono::DateTime<chrono::Utc>> = None;
+    let mut due = Vec::new();
     for (index, n) in b.spec.notifications.iter().enumerate() {
         let key = notification_key(index, n);
         if sent.contains(&key) {
             continue;
         }
         let lead = lead_time(n);
-        if !notification_should_send(&slot, lead, now) {
-            let due = notification_due_at(&slot, lead);
-            next_due = Some(next_due.map_or(due, |d| d.min(due)));
-            continue;
+        if notification_should_send(&slot, lead, now) {
+            due.push((index, n, key));
+        } else {
+            let due_at = notification_due_at(&slot, lead);
+            next_due = Some(next_due.map_or(due_at, |d| d.min(due_at)));
         }
+    }
+    // Claim before sending: the notifications about to be sent are recorded first, so that a
+    // crash (or a successor taking over) after the claim can lose one mail but never send one
+    // twice. A send that fails and may succeed later gives its claim back below.
+    let mut recorded = status.notifications_sent.clone();
+    if !due.is_empty() {
+        sent.extend(due.iter().map(|(_, _, key)| key.clone()));
+        let patch = serde_json::json!({ "status": { "notificationsSent": sent } });
+        api.patch_status(&b.name_any(), &super::patch_params(), &Patch::Merge(&patch))
+            .await?;
+        recorded.clone_from(&sent);
+    }
+    for (index, n, key) in due {
         let msg_ctx = NotificationContext {
             namespace: ns.clone(),
             booking: b.name_any(),
@@ -199,7 +216,6 @@ pub async fn reconcile(
                     ),
                 )
                 .await;
-                sent.push(key);
             }
             Err(e) => {
                 retry |= e.is_transient();
@@ -213,12 +229,13 @@ pub async fn reconcile(
                     message.clone(),
                 )
                 .await;
-                if matches!(
+                // Never sendable (an unknown type, an unusable recipient): it stays recorded as
+                // handled, so it is not retried. Anything else gives its claim back.
+                if !matches!(
                     e,
                     NotifyError::UnknownType(_) | NotifyError::BadRecipient { .. }
                 ) {
-                    // Never sendable: record it as handled so it is not retried.
-                    sent.push(key);
+                    sent.retain(|k| k != &key);
                 }
                 errors.push(message);
             }
@@ -241,10 +258,7 @@ pub async fn reconcile(
         None => !errors.is_empty(),
         Some(c) => (c.status == "True") == errors.is_empty() || c.message != condition.message,
     };
-    if sent != status.notifications_sent
-        || all_sent != status.notification_sent
-        || condition_changed
-    {
+    if sent != recorded || all_sent != status.notification_sent || condition_changed {
         // Keep every other condition as the booking reconciler wrote it.
         let mut conditions: Vec<_> = status
             .conditions
