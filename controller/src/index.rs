@@ -90,20 +90,13 @@ pub struct Change {
 
 /// The index of Bookings by Resource. Cheap to share behind an `Arc`; every method but
 /// [`BookingIndex::wait_ready`] takes a short lock and never awaits.
+#[derive(Default)]
 pub struct BookingIndex {
     inner: RwLock<Inner>,
     /// Whether the first full list has been indexed.
     ready: Synced,
 }
 
-impl Default for BookingIndex {
-    fn default() -> Self {
-        Self {
-            inner: RwLock::default(),
-            ready: Synced::default(),
-        }
-    }
-}
 
 impl BookingIndex {
     /// Waits until the first full list has been indexed ([`BookingIndex::rebuild`]); until
