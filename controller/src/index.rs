@@ -97,7 +97,6 @@ pub struct BookingIndex {
     ready: Synced,
 }
 
-
 impl BookingIndex {
     /// Waits until the first full list has been indexed ([`BookingIndex::rebuild`]); until
     /// then the index reads as "no bookings anywhere". Returns at once afterwards.

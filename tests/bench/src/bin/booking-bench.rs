@@ -52,9 +52,17 @@ struct Args {
     /// Where to write the figures.
     #[arg(long, default_value = "target/bench/results.json")]
     out: PathBuf,
-    /// Sections to run (comma-separated): webhook, controller.
-    #[arg(long, default_value = "webhook,controller", value_delimiter = ',')]
+    /// Sections to run (comma-separated): webhook, controller, restarts.
+    #[arg(
+        long,
+        default_value = "webhook,controller,restarts",
+        value_delimiter = ','
+    )]
     sections: Vec<String>,
+    /// Seconds of booking transitions in each kill campaign of the restarts section (one with
+    /// one replica, one with two).
+    #[arg(long, default_value_t = 480)]
+    campaign_seconds: u64,
     /// Bookings indexed for the webhook figures.
     #[arg(long, default_value_t = 10_000)]
     bookings: usize,
@@ -125,6 +133,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         let outcome = match section.as_str() {
             "webhook" => webhook::run(&args, &dir, &mut results).await,
             "controller" => controller::run(&args, &dir, &mut results).await,
+            "restarts" => restarts::run(&args, &mut results).await,
             other => Err(anyhow::anyhow!("unknown section {other:?}")),
         };
         if let Err(e) = outcome {
@@ -1129,6 +1138,64 @@ mod controller {
         drop(server);
         drop(proxy);
         drop(moto);
+        Ok(())
+    }
+}
+
+/// The kill campaign of `booking_tests::campaign`, longer than the suite's: the release
+/// controller killed (SIGKILL, SIGTERM) at random moments while bookings start and end, the
+/// API server restarted after an etcd compaction, first with one replica, then with two (the
+/// leader killed). The seed is printed (`CAMPAIGN_SEED` replays it); any broken invariant fails
+/// the section and is listed.
+mod restarts {
+    use super::*;
+    use booking_tests::campaign::{self, Options};
+
+    pub async fn run(args: &Args, results: &mut Results) -> anyhow::Result<()> {
+        let controller = binary(args, "booking-controller")?;
+        let window = Duration::from_secs(if args.smoke {
+            40
+        } else {
+            args.campaign_seconds
+        });
+        let mut broken = Vec::new();
+        for (replicas, key) in [(1, "one_replica"), (2, "two_replicas")] {
+            let mut options = Options::new(&format!("bench-campaign-{replicas}"), window, replicas);
+            options.groups = 12;
+            options.apiserver_restarts = 2;
+            options.controller = Some(controller.clone());
+            let report = campaign::run(&options).await;
+            eprintln!("booking-bench: restarts, {replicas} replica(s): {report}");
+            let mut put = |name: &str, v: f64| {
+                results.insert(format!("restarts_{key}_{name}"), v);
+            };
+            put("seed", report.seed as f64);
+            put("transitions", report.transitions as f64);
+            put("bookings", report.bookings as f64);
+            put("sigkills", report.sigkills as f64);
+            put("sigterms", report.sigterms as f64);
+            put("controller_restarts", report.controller_restarts as f64);
+            put("exits_on_lost_lease", report.self_exits as f64);
+            put("apiserver_restarts", report.apiserver_restarts as f64);
+            put("aws_writes", report.writes as f64);
+            put("mails", report.mails as f64);
+            put(
+                "longest_converge_seconds",
+                round3(report.longest_converge.as_secs_f64()),
+            );
+            put("violations", report.violations.len() as f64);
+            broken.extend(
+                report
+                    .violations
+                    .iter()
+                    .map(|v| format!("{replicas} replica(s), seed {}: {v}", report.seed)),
+            );
+        }
+        ensure!(
+            broken.is_empty(),
+            "invariants broken:\n{}",
+            broken.join("\n")
+        );
         Ok(())
     }
 }
