@@ -5,6 +5,8 @@ SHELL := /bin/bash
 CARGO ?= cargo
 VENV := .venv
 PYTHON ?= python3
+# Where cargo puts what it builds: `target`, or CARGO_TARGET_DIR when set.
+TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
 .PHONY: all build test lint fmt-check clippy venv tools nextest control-plane crds demo sandbox-up sandbox-down help bench
@@ -60,7 +62,7 @@ lint: fmt-check clippy
 # suite and stops after it (tests that restart or reconfigure a cluster start their own).
 test: venv tools nextest control-plane lint
 	$(CARGO) build --workspace --bins --locked
-	./target/debug/booking-control-plane run -- $(CARGO) nextest run --workspace --locked --no-fail-fast
+	$(TARGET_DIR)/debug/booking-control-plane run -- $(CARGO) nextest run --workspace --locked --no-fail-fast
 	$(CARGO) test --workspace --doc --locked
 
 crds:
@@ -77,16 +79,16 @@ SANDBOX_BUILD := $(CARGO) build --workspace --bins --locked
 
 demo: venv
 	$(SANDBOX_BUILD)
-	./target/debug/booking-sandbox demo
+	$(TARGET_DIR)/debug/booking-sandbox demo
 
 sandbox-up: venv
 	$(SANDBOX_BUILD)
-	./target/debug/booking-sandbox up
+	$(TARGET_DIR)/debug/booking-sandbox up
 
 # The same build as sandbox-up and `make test`: instant once built.
 sandbox-down:
 	$(SANDBOX_BUILD)
-	./target/debug/booking-sandbox down
+	$(TARGET_DIR)/debug/booking-sandbox down
 
 # Benchmarks (BENCHMARKS.md): release builds of the webhook, the controller and the benchmark
 # harness, then the suite, which writes target/bench/results.json. The servers under test run
@@ -94,5 +96,5 @@ sandbox-down:
 bench: venv
 	$(CARGO) build --release --locked -p booking-webhook -p booking-controller -p booking-bench
 	@mkdir -p target/bench
-	set -o pipefail; ./target/release/booking-bench --bin-dir target/release --out target/bench/results.json \
+	set -o pipefail; $(TARGET_DIR)/release/booking-bench --bin-dir $(TARGET_DIR)/release --out target/bench/results.json \
 	  2>&1 | tee target/bench/run.log

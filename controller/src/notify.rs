@@ -164,6 +164,11 @@ pub fn render(ctx: &NotificationContext) -> Rendered {
     let remaining = (ctx.end - ctx.now).max(chrono::Duration::zero());
     let minutes = (remaining.num_seconds() + 59) / 60;
     let end = format_rfc3339(ctx.end);
+    let in_minutes = if minutes == 1 {
+        "1 minute".to_owned()
+    } else {
+        format!("{minutes} minutes")
+    };
     let new_end = format_rfc3339(ctx.end + chrono::Duration::hours(1));
     let extend_command = format!(
         "kubectl -n {ns} patch booking {b} --type merge -p '{{\"spec\":{{\"end_at\":\"{new_end}\"}}}}'",
@@ -175,14 +180,14 @@ pub fn render(ctx: &NotificationContext) -> Rendered {
         ctx.booking, ctx.resource
     );
     let text = format!(
-        "Hello {user},\n\nyour booking {b} (namespace {ns}) of resource {r} ends at {end} UTC, in {minutes} minutes.\nIts instances are stopped then.\n\nTo keep them running for another hour, extend the booking:\n\n  {extend_command}\n",
+        "Hello {user},\n\nyour booking {b} (namespace {ns}) of resource {r} ends at {end}, in {in_minutes}.\nIts instances are stopped then.\n\nTo keep them running for another hour, extend the booking:\n\n  {extend_command}\n",
         user = ctx.user,
         b = ctx.booking,
         ns = ctx.namespace,
         r = ctx.resource,
     );
     let html = format!(
-        "<html><body><p>Hello {user},</p><p>your booking <b>{b}</b> (namespace {ns}) of resource <b>{r}</b> ends at <b>{end} UTC</b>, in {minutes} minutes. Its instances are stopped then.</p><p>To keep them running for another hour, extend the booking:</p><pre>{cmd}</pre></body></html>",
+        "<html><body><p>Hello {user},</p><p>your booking <b>{b}</b> (namespace {ns}) of resource <b>{r}</b> ends at <b>{end}</b>, in {in_minutes}. Its instances are stopped then.</p><p>To keep them running for another hour, extend the booking:</p><pre>{cmd}</pre></body></html>",
         user = html_escape(&ctx.user),
         b = html_escape(&ctx.booking),
         ns = html_escape(&ctx.namespace),
@@ -528,6 +533,15 @@ mod tests {
     }
 
     #[test]
+    fn one_minute_left_reads_as_one_minute() {
+        let mut c = ctx();
+        c.now = c.end - chrono::Duration::seconds(40);
+        let r = render(&c);
+        assert!(r.text.contains("in 1 minute."), "{}", r.text);
+        assert!(r.html.contains("in 1 minute."), "{}", r.html);
+    }
+
+    #[test]
     fn renders_resource_booking_end_and_extension() {
         let r = render(&ctx());
         assert_eq!(
@@ -539,7 +553,8 @@ mod tests {
                 body.contains("nightly-etl") && body.contains("ec2.analytics"),
                 "{body}"
             );
-            assert!(body.contains("2031-01-10T23:00:00Z UTC"), "{body}");
+            assert!(body.contains("2031-01-10T23:00:00Z"), "{body}");
+            assert!(!body.contains("Z UTC"), "{body}");
             assert!(
                 body.contains("13 minutes"),
                 "the real time remaining: {body}"

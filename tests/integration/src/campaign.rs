@@ -705,6 +705,9 @@ pub struct Report {
     pub apiserver_restarts: usize,
     /// Exits of a replica by itself (a lost Lease), each followed by a restart.
     pub self_exits: usize,
+    /// Watches of a running controller that were told `410 Gone` (their resourceVersion was
+    /// compacted away) and relisted, per the controllers' logs.
+    pub gone_relists: usize,
     /// Mails received.
     pub mails: usize,
     /// AWS writes.
@@ -720,7 +723,8 @@ impl std::fmt::Display for Report {
         write!(
             f,
             "seed {}: {} transitions of {} bookings, {} SIGKILL + {} SIGTERM, {} controller restarts, \
-             {} exits on a lost Lease, {} API server restarts after etcd compaction, {} AWS writes, {} mails; longest time to \
+             {} exits on a lost Lease, {} API server restarts after etcd compaction ({} watches relisted \
+             after 410 Gone), {} AWS writes, {} mails; longest time to \
              converge {:.1} s; {} violations",
             self.seed,
             self.transitions,
@@ -730,6 +734,7 @@ impl std::fmt::Display for Report {
             self.controller_restarts,
             self.self_exits,
             self.apiserver_restarts,
+            self.gone_relists,
             self.writes,
             self.mails,
             self.longest_converge.as_secs_f64(),
@@ -776,8 +781,10 @@ impl World {
             .env("NAMESPACE", self.cluster.namespace())
             .env("ADMIN_ADDRESS", format!("127.0.0.1:{}", r.admin_port))
             .env("INVENTORY_INTERVAL_SECONDS", "2")
-            .env("LEASE_DURATION_SECONDS", "3")
-            .env("LEASE_RENEW_SECONDS", "1")
+            // Long enough to outlast an API server restart, so that a running controller's
+            // watches resume from a compacted resourceVersion (410 Gone) and relist.
+            .env("LEASE_DURATION_SECONDS", "10")
+            .env("LEASE_RENEW_SECONDS", "2")
             .env("POD_NAME", &r.identity)
             .env("SMTP_HOST", "127.0.0.1")
             .env("SMTP_PORT", &smtp_port)
@@ -1325,6 +1332,7 @@ pub async fn run(options: &Options) -> Report {
         .chain(o.scheduled.iter().map(|(s, e, _)| (*s, *e)))
         .map(|(s, e)| usize::from(s >= t0 && s < end) + usize::from(e >= t0 && e < end))
         .sum();
+    report.gone_relists = gone_relists(&w.dir.join("logs"));
     report.mails = o.mails.len();
     report.writes = o.writes.len();
     eprintln!("kill campaign {}: {report}", options.label);
@@ -1332,6 +1340,26 @@ pub async fn run(options: &Options) -> Report {
         w.dir.keep();
     }
     report
+}
+
+/// Lines of the controllers' logs reporting a watch error for an expired resourceVersion (after
+/// which kube's watcher relists).
+fn gone_relists(logs: &std::path::Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(logs) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("controller-"))
+        .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+        .map(|text| {
+            text.lines()
+                .filter(|l| {
+                    l.contains("watch error") && (l.contains("410") || l.contains("too old"))
+                })
+                .count()
+        })
+        .sum()
 }
 
 fn is_write(q: &ProxiedRequest) -> bool {

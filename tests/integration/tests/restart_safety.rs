@@ -93,6 +93,10 @@ async fn kill_campaign_one_replica_loses_nothing() {
     );
     assert!(report.sigkills + report.sigterms >= 3, "{report}");
     assert!(report.apiserver_restarts >= 1, "{report}");
+    assert!(
+        report.gone_relists >= 1,
+        "a running controller's watches resumed from a compacted resourceVersion: {report}"
+    );
     assert!(report.transitions >= 60, "{report}");
 }
 

@@ -1177,6 +1177,7 @@ mod restarts {
             put("controller_restarts", report.controller_restarts as f64);
             put("exits_on_lost_lease", report.self_exits as f64);
             put("apiserver_restarts", report.apiserver_restarts as f64);
+            put("watch_relists_after_410", report.gone_relists as f64);
             put("aws_writes", report.writes as f64);
             put("mails", report.mails as f64);
             put(
