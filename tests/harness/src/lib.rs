@@ -101,3 +101,22 @@ pub mod tls;
 
 pub use error::{Error, Result};
 pub use paths::{TestDir, free_port};
+
+/// Polls `check` every 150 ms until it answers `Ok`, for at most `timeout`; then panics naming
+/// `what` and the last answer (a test's wait for something that must happen).
+pub async fn wait_for<F, Fut>(what: &str, timeout: std::time::Duration, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = std::result::Result<(), String>>,
+{
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        match check().await {
+            Ok(()) => return,
+            Err(last) if std::time::Instant::now() >= deadline => {
+                panic!("timed out after {timeout:?} waiting for {what}: {last}")
+            }
+            Err(_) => tokio::time::sleep(std::time::Duration::from_millis(150)).await,
+        }
+    }
+}

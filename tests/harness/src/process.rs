@@ -314,12 +314,18 @@ impl ManagedProcess {
             return Ok(status);
         }
         signal_group(self.child.id(), rustix::process::Signal::KILL);
+        let status = self.reap()?;
+        self.stopped = true;
+        Ok(status)
+    }
+
+    /// Waits for the (signalled) leader to exit and records how.
+    fn reap(&mut self) -> Result<ExitStatus> {
         let status = self
             .child
             .wait()
             .map_err(|e| Error::io(format!("waiting for {} to exit", self.name), e))?;
         self.exit = Some(status);
-        self.stopped = true;
         Ok(status)
     }
 
@@ -340,12 +346,7 @@ impl ManagedProcess {
         }
         tracing::warn!(name = %self.name, "process ignored SIGTERM; sending SIGKILL");
         signal_group(self.child.id(), rustix::process::Signal::KILL);
-        let status = self
-            .child
-            .wait()
-            .map_err(|e| Error::io(format!("waiting for {} to exit", self.name), e))?;
-        self.exit = Some(status);
-        Ok(status)
+        self.reap()
     }
 }
 

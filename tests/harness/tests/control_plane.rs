@@ -2,7 +2,7 @@
 //! kube-controller-manager, and the real means that replace an imitation's fault hooks
 //! (restarting kube-apiserver and compacting etcd make a resumed watch see `410 Gone`).
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use booking_harness::TestDir;
 use booking_harness::control_plane::{ControlPlane, ControlPlaneOptions, TestCluster};
@@ -10,21 +10,6 @@ use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{Api, DeleteParams, PostParams, WatchParams};
 use kube::core::WatchEvent;
 use serde_json::json;
-
-async fn eventually<F, Fut>(what: &str, timeout: Duration, mut f: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<(), String>>,
-{
-    let deadline = Instant::now() + timeout;
-    loop {
-        match f().await {
-            Ok(()) => return,
-            Err(e) if Instant::now() >= deadline => panic!("{what}: not after {timeout:?}: {e}"),
-            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
-        }
-    }
-}
 
 fn config_map(name: &str) -> ConfigMap {
     serde_json::from_value(json!({"metadata": {"name": name}, "data": {"k": "v"}})).unwrap()
@@ -64,7 +49,7 @@ async fn a_private_control_plane_is_real_kubernetes_and_its_faults_are_real() {
         .delete(cluster.namespace(), &DeleteParams::default())
         .await
         .unwrap();
-    eventually("the namespace is deleted", Duration::from_secs(60), || {
+    booking_harness::wait_for("the namespace is deleted", Duration::from_secs(60), || {
         let namespaces = namespaces.clone();
         let name = cluster.namespace().to_owned();
         async move {

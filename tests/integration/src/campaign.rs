@@ -718,6 +718,19 @@ pub struct Report {
     pub violations: Vec<String>,
 }
 
+impl Report {
+    /// Panics, listing every broken invariant, unless there is none and the controller was
+    /// killed at least `kills` times.
+    pub fn assert_clean(&self, kills: usize) {
+        assert!(
+            self.violations.is_empty(),
+            "{self}\n{}",
+            self.violations.join("\n")
+        );
+        assert!(self.sigkills + self.sigterms >= kills, "{self}");
+    }
+}
+
 impl std::fmt::Display for Report {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(

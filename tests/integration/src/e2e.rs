@@ -3,7 +3,7 @@
 //! test's own, the shipped CRDs), fixtures and waits.
 
 use std::path::PathBuf;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::SystemTime;
 
 use booking_harness::TestDir;
 use booking_harness::control_plane::TestCluster;
@@ -77,6 +77,28 @@ pub fn webhook_binary() -> PathBuf {
     bin
 }
 
+/// The real `booking-webhook` serving admission on 127.0.0.1:`port` with `cert` and its admin
+/// port (`/readyz`, `/metrics`) on 127.0.0.1:`admin_port`, against the API server of
+/// `kubeconfig`; spawn it with [`ProcessBuilder::spawn`].
+pub fn webhook_process(
+    cert: &booking_harness::tls::ServerCert,
+    port: u16,
+    admin_port: u16,
+    kubeconfig: &std::path::Path,
+) -> ProcessBuilder {
+    ProcessBuilder::new("booking-webhook", webhook_binary())
+        .arg("--tls-cert-file")
+        .arg(&cert.cert_path)
+        .arg("--tls-key-file")
+        .arg(&cert.key_path)
+        .arg("--listen-addr")
+        .arg(format!("127.0.0.1:{port}"))
+        .arg("--admin-addr")
+        .arg(format!("127.0.0.1:{admin_port}"))
+        .env("KUBECONFIG", kubeconfig)
+        .env("RUST_LOG", "info,booking_webhook=debug")
+}
+
 /// The newest modification time of any file under `dir`.
 pub fn walk_newest(dir: &std::path::Path) -> SystemTime {
     let mut newest = SystemTime::UNIX_EPOCH;
@@ -92,22 +114,7 @@ pub fn walk_newest(dir: &std::path::Path) -> SystemTime {
     newest
 }
 
-pub async fn wait_for<F, Fut>(what: &str, timeout: Duration, mut f: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<(), String>>,
-{
-    let deadline = Instant::now() + timeout;
-    loop {
-        match f().await {
-            Ok(()) => return,
-            Err(last) if Instant::now() >= deadline => {
-                panic!("timed out after {timeout:?} waiting for {what}: {last}")
-            }
-            Err(_) => tokio::time::sleep(Duration::from_millis(150)).await,
-        }
-    }
-}
+pub use booking_harness::wait_for;
 
 /// `n` stopped EC2 instances of the managed group `tag` (the `/` key form); their IDs.
 pub async fn stopped_group(ec2: &aws_sdk_ec2::Client, n: i32, tag: &str) -> Vec<String> {

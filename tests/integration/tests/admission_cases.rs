@@ -24,10 +24,10 @@ use booking_harness::{
     TestDir,
     control_plane::{self, ControlPlane, ControlPlaneOptions, LocalWebhooks},
     free_port,
-    process::{ManagedProcess, ProcessBuilder, Readiness},
+    process::{ManagedProcess, Readiness},
     tls::TestCa,
 };
-use booking_tests::e2e::webhook_binary;
+use booking_tests::e2e::webhook_process;
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
 use serde_json::Value;
@@ -185,24 +185,13 @@ impl System {
     /// Starts the real `booking-webhook` with a serving certificate for 127.0.0.1 generated now,
     /// registers it through the shipped configurations, and waits until the API server calls it.
     async fn register_webhook(&mut self) {
-        let webhook_bin = webhook_binary();
         let ca = TestCa::new(&self.dir, "webhook").expect("a test CA");
         let cert = ca
             .issue_server_cert("booking-webhook", &["127.0.0.1"])
             .expect("a serving certificate for 127.0.0.1");
         let port = free_port().expect("a free port");
         let admin_port = free_port().expect("a free port");
-        let mut webhook = ProcessBuilder::new("booking-webhook", webhook_bin)
-            .arg("--tls-cert-file")
-            .arg(&cert.cert_path)
-            .arg("--tls-key-file")
-            .arg(&cert.key_path)
-            .arg("--listen-addr")
-            .arg(format!("127.0.0.1:{port}"))
-            .arg("--admin-addr")
-            .arg(format!("127.0.0.1:{admin_port}"))
-            .env("KUBECONFIG", self.plane.kubeconfig_path())
-            .env("RUST_LOG", "info,booking_webhook=debug")
+        let mut webhook = webhook_process(&cert, port, admin_port, self.plane.kubeconfig_path())
             .spawn(&self.dir)
             .expect("booking-webhook starts");
         webhook

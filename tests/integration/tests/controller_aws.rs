@@ -13,21 +13,15 @@ use booking_controller::tags::TagKeys;
 use booking_harness::TestDir;
 use booking_harness::aws_query::Service;
 use booking_harness::moto::{self, MotoServer};
+use booking_tests::e2e::ec2_in;
 
-const OTHER_REGION: &str = "us-west-2";
+use booking_tests::e2e::OTHER_REGION;
 
 fn key(kind: Kind, region: &str) -> InventoryKey {
     InventoryKey {
         kind,
         region: region.to_owned(),
     }
-}
-
-fn ec2_in(moto: &MotoServer, region: &str) -> aws_sdk_ec2::Client {
-    let conf = aws_sdk_ec2::config::Builder::from(&moto.sdk_config())
-        .region(aws_config::Region::new(region.to_owned()))
-        .build();
-    aws_sdk_ec2::Client::from_conf(conf)
 }
 
 async fn states(client: &aws_sdk_ec2::Client, ids: &[String]) -> Vec<String> {

@@ -86,12 +86,7 @@ async fn kill_campaign_one_replica_loses_nothing() {
     let options =
         booking_tests::campaign::Options::new("campaign-one", Duration::from_secs(150), 1);
     let report = booking_tests::campaign::run(&options).await;
-    assert!(
-        report.violations.is_empty(),
-        "{report}\n{}",
-        report.violations.join("\n")
-    );
-    assert!(report.sigkills + report.sigterms >= 3, "{report}");
+    report.assert_clean(3);
     assert!(report.apiserver_restarts >= 1, "{report}");
     assert!(
         report.gone_relists >= 1,
@@ -107,12 +102,7 @@ async fn kill_campaign_two_replicas_loses_nothing_and_only_the_leader_writes() {
     let options =
         booking_tests::campaign::Options::new("campaign-two", Duration::from_secs(120), 2);
     let report = booking_tests::campaign::run(&options).await;
-    assert!(
-        report.violations.is_empty(),
-        "{report}\n{}",
-        report.violations.join("\n")
-    );
-    assert!(report.sigkills + report.sigterms >= 3, "{report}");
+    report.assert_clean(3);
     assert!(report.writes > 0, "{report}");
 }
 
@@ -140,7 +130,6 @@ async fn a_restarted_webhook_admits_no_overlap_while_its_index_refills() {
     use booking_harness::control_plane::{
         ControlPlane, ControlPlaneOptions, LocalWebhooks, TestCluster,
     };
-    use booking_harness::process::ProcessBuilder;
     use booking_harness::tls::TestCa;
     use futures::StreamExt as _;
     use std::sync::{Arc, Mutex};
@@ -193,17 +182,7 @@ async fn a_restarted_webhook_admits_no_overlap_while_its_index_refills() {
     let admin_port = booking_harness::free_port().unwrap();
     let readyz = Readiness::Http(format!("http://127.0.0.1:{admin_port}/readyz"));
     let spawn = || {
-        ProcessBuilder::new("booking-webhook", webhook_binary())
-            .arg("--tls-cert-file")
-            .arg(&cert.cert_path)
-            .arg("--tls-key-file")
-            .arg(&cert.key_path)
-            .arg("--listen-addr")
-            .arg(format!("127.0.0.1:{port}"))
-            .arg("--admin-addr")
-            .arg(format!("127.0.0.1:{admin_port}"))
-            .env("KUBECONFIG", plane.kubeconfig_path())
-            .env("RUST_LOG", "info,booking_webhook=debug")
+        webhook_process(&cert, port, admin_port, plane.kubeconfig_path())
             .spawn(&dir)
             .expect("booking-webhook starts")
     };
