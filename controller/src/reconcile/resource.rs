@@ -427,30 +427,36 @@ async fn execute(
             .await;
         }
     }
+    // One Event for the whole group (as for the lock): Events with the same reason are merged
+    // into one series, so one per instance would show only the first.
+    let mut unlocked = Vec::new();
+    let mut failed = Vec::new();
     for (id, keys) in &p.unlock {
         acted = true;
         match ctx.executor.untag(kind, region, &target(id), keys).await {
-            Ok(()) => {
-                ctx.event(
-                    res,
-                    false,
-                    "Unlocked",
-                    "Untag",
-                    format!("lock tags removed from {id}"),
-                )
-                .await
-            }
-            Err(e) => {
-                ctx.event(
-                    res,
-                    true,
-                    "UnlockFailed",
-                    "Untag",
-                    format!("could not remove lock tags from {id}: {e}"),
-                )
-                .await
-            }
+            Ok(()) => unlocked.push(id.as_str()),
+            Err(e) => failed.push(format!("{id}: {e}")),
         }
+    }
+    if !unlocked.is_empty() {
+        ctx.event(
+            res,
+            false,
+            "Unlocked",
+            "Untag",
+            format!("lock tags removed from {}", unlocked.join(", ")),
+        )
+        .await;
+    }
+    if !failed.is_empty() {
+        ctx.event(
+            res,
+            true,
+            "UnlockFailed",
+            "Untag",
+            format!("could not remove lock tags from {}", failed.join("; ")),
+        )
+        .await;
     }
     acted
 }
