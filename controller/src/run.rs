@@ -70,6 +70,10 @@ fn error_policy<K>(kind: &'static str) -> impl Fn(Arc<K>, &Error, Arc<Context>) 
     }
 }
 
+/// How long reconciles in flight may take to finish after SIGTERM: below Kubernetes' default
+/// `terminationGracePeriodSeconds` (30 s), so that the process ends on its own terms.
+const SHUTDOWN_DRAIN: Duration = Duration::from_secs(20);
+
 /// Resolves when SIGTERM or SIGINT arrives.
 async fn signal() {
     let term = async {
@@ -432,9 +436,25 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let controllers = async {
         tokio::join!(bookings, resources, monitors, schedulers, notifications);
     };
+    // After the shutdown signal, reconciles in flight get SHUTDOWN_DRAIN to finish (one may wait
+    // for a cache whose first list never comes while the API server is away). Past it the
+    // process exits without releasing the Lease, which then expires: a successor never acts
+    // while a reconcile of this replica might still.
+    let drain_deadline = {
+        let rx = shutdown_rx.clone();
+        async move {
+            shutdown_future(rx).await;
+            tokio::time::sleep(SHUTDOWN_DRAIN).await;
+            tracing::warn!(
+                seconds = SHUTDOWN_DRAIN.as_secs(),
+                "reconciles still running after the shutdown signal; exiting without releasing the Lease (it expires)"
+            );
+        }
+    };
     match leader_task {
         Some(mut task) => {
             tokio::select! {
+                _ = drain_deadline => Ok(()),
                 _ = controllers => {
                     // Shut down: every reconcile in flight has finished; release the Lease so
                     // that a standby replica takes over at once.
@@ -463,7 +483,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             }
         }
         None => {
-            controllers.await;
+            tokio::select! {
+                _ = drain_deadline => {}
+                _ = controllers => {}
+            }
             Ok(())
         }
     }

@@ -42,7 +42,7 @@ use kube::{
 use super::scheduler::Clock;
 use crate::{
     conditions::{CondSpec, merge},
-    notify::{NotificationContext, Notifiers, NotifyError, notification_key},
+    notify::{NotificationContext, Notifiers, notification_key},
 };
 
 /// Condition type owned by this reconciler.
@@ -152,13 +152,16 @@ pub async fn reconcile(
             && notification_should_send(&slot, lead_time(n), now)
     });
     let api: Api<Booking> = Api::namespaced(ctx.client.clone(), &ns);
-    let status = if due_unsent {
+    let (status, fresh_version) = if due_unsent {
         match api.get_opt(&b.name_any()).await? {
-            Some(fresh) if fresh.uid() == b.uid() => fresh.status.unwrap_or_default(),
+            Some(fresh) if fresh.uid() == b.uid() => (
+                fresh.status.unwrap_or_default(),
+                fresh.metadata.resource_version,
+            ),
             _ => return Ok(Action::await_change()),
         }
     } else {
-        status
+        (status, None)
     };
 
     let mut sent = status.notifications_sent.clone();
@@ -182,15 +185,25 @@ pub async fn reconcile(
     // Claim before sending: the notifications about to be sent are recorded first, so that a
     // crash (or a successor taking over) after the claim can lose one mail but never send one
     // twice. A send that fails and may succeed later gives its claim back below.
+    // The claim is guarded by the resourceVersion of the fresh read: of two writers that read the
+    // same version (a predecessor still finishing and its successor), only one claims; the
+    // other gets a conflict and reads again.
     let mut recorded = status.notifications_sent.clone();
     if !due.is_empty() {
         sent.extend(due.iter().map(|(_, _, key)| key.clone()));
-        let patch = serde_json::json!({ "status": { "notificationsSent": sent } });
+        let patch = serde_json::json!({
+            "metadata": { "resourceVersion": fresh_version },
+            "status": { "notificationsSent": sent },
+        });
         api.patch_status(&b.name_any(), &super::patch_params(), &Patch::Merge(&patch))
             .await?;
         recorded.clone_from(&sent);
     }
     for (index, n, key) in due {
+        // The reads and the claim took a moment: nothing is sent once the booking has ended.
+        if (ctx.clock)() >= slot.end {
+            break;
+        }
         let msg_ctx = NotificationContext {
             namespace: ns.clone(),
             booking: b.name_any(),
@@ -229,12 +242,11 @@ pub async fn reconcile(
                     message.clone(),
                 )
                 .await;
-                // Never sendable (an unknown type, an unusable recipient): it stays recorded as
-                // handled, so it is not retried. Anything else gives its claim back.
-                if !matches!(
-                    e,
-                    NotifyError::UnknownType(_) | NotifyError::BadRecipient { .. }
-                ) {
+                // A failure that may pass (a timeout, a 4xx of the SMTP server, a webhook error)
+                // gives its claim back and is retried with backoff. One that will not (an
+                // unknown type, an unusable recipient, no SMTP server configured, a permanent
+                // refusal) stays recorded as handled: it is reported, not retried.
+                if e.is_transient() {
                     sent.retain(|k| k != &key);
                 }
                 errors.push(message);
@@ -275,10 +287,10 @@ pub async fn reconcile(
         // Only this reconciler writes the notification fields, so no resourceVersion guard is
         // needed (a conflict would make it send again); conditions are sent only when its own
         // condition changed.
-        let mut body = serde_json::json!({
-            "notificationsSent": sent,
-            "notification_sent": all_sent,
-        });
+        let mut body = serde_json::json!({ "notification_sent": all_sent });
+        if sent != recorded {
+            body["notificationsSent"] = serde_json::json!(sent);
+        }
         if condition_changed {
             body["conditions"] = serde_json::to_value(&conditions).unwrap_or_default();
         }

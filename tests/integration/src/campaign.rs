@@ -54,6 +54,8 @@ const GRACE: chrono::TimeDelta = chrono::TimeDelta::seconds(5);
 /// Lead time of every reminder (minutes): longer than most bookings, so most are due at their
 /// start.
 const LEAD_MINUTES: u32 = 1;
+/// How long every period up is checked at least (after its bound) before the next fault.
+const CHECKED: chrono::TimeDelta = chrono::TimeDelta::seconds(8);
 /// How long a leader must run within a scheduler fire's slot for that fire to be owed a booking.
 const FIRE_UPTIME: chrono::TimeDelta = chrono::TimeDelta::seconds(8);
 
@@ -252,6 +254,9 @@ pub struct SeenBooking {
     pub user: String,
     /// Phase shown.
     pub phase: Option<BookingPhase>,
+    /// Its creationTimestamp (whole seconds): a boundary too, as a booking is judged when it
+    /// appears.
+    pub created: DateTime<Utc>,
 }
 
 /// A group as one sample saw it.
@@ -343,6 +348,8 @@ pub struct Observed {
     pub scheduler_created: Option<DateTime<Utc>>,
     /// When the workload ended (no more bookings were due to start).
     pub window_end: Option<DateTime<Utc>>,
+    /// When a controller was SIGKILLed.
+    pub sigkills: Vec<DateTime<Utc>>,
 }
 
 // === The invariants (pure) ===
@@ -388,7 +395,14 @@ fn last_group_boundary(
 ) -> Option<DateTime<Utc>> {
     all.iter()
         .filter(|b| b.group == group)
-        .flat_map(|b| [Some(b.start), Some(b.end), deleted.get(&b.name).copied()])
+        .flat_map(|b| {
+            [
+                Some(b.created),
+                Some(b.start),
+                Some(b.end),
+                deleted.get(&b.name).copied(),
+            ]
+        })
         .flatten()
         .filter(|x| *x <= t)
         .max()
@@ -406,7 +420,10 @@ fn sample_problems(
     let settled = |last: Option<DateTime<Utc>>| last.is_none_or(|x| s.at - x >= GRACE);
     for b in &s.bookings {
         let want = clock_phase(b, s.at);
-        let last = [b.start, b.end].into_iter().filter(|x| *x <= s.at).max();
+        let last = [b.created, b.start, b.end]
+            .into_iter()
+            .filter(|x| *x <= s.at)
+            .max();
         if settled(last) && b.phase != Some(want) {
             out.push(format!(
                 "booking {} shows {} but is due {want} ({} .. {})",
@@ -648,7 +665,9 @@ pub fn check_mails(
             let b = u.until.unwrap_or(until).min(until);
             b - a >= GRACE * 2
         });
-        if owed && got.is_empty() {
+        // At most once: a SIGKILL between recording a reminder and sending it loses it.
+        let killed = o.sigkills.iter().any(|k| *due <= *k && *k <= until);
+        if owed && got.is_empty() && !killed {
             out.push(format!(
                 "no reminder for {name} (due {}, ended {}) though a leader ran meanwhile",
                 format_rfc3339(*due),
@@ -844,6 +863,10 @@ async fn sample(client: &kube::Client, ns: &str, ec2: &aws_sdk_ec2::Client) -> O
                 end: parse_time(&b.spec.end_at)?,
                 user: b.spec.user_id.clone(),
                 phase: b.status.as_ref().and_then(|s| s.status),
+                created: DateTime::<Utc>::from_timestamp(
+                    b.metadata.creation_timestamp.as_ref()?.0.as_second(),
+                    0,
+                )?,
             })
         })
         .collect();
@@ -1038,7 +1061,9 @@ pub async fn run(options: &Options) -> Report {
         tokio::spawn(async move {
             for (at, create, b) in actions {
                 sleep_until(at).await;
-                // The API server may be restarting: retry until it answers.
+                // The API server may be restarting: retry until it answers. A deletion counts
+                // from its first request (a stop may land before the answer).
+                let asked = Utc::now();
                 for attempt in 0.. {
                     let done = if create {
                         match api
@@ -1062,7 +1087,7 @@ pub async fn run(options: &Options) -> Report {
                                 .lock()
                                 .unwrap()
                                 .deleted
-                                .insert(b.name.clone(), Utc::now());
+                                .insert(b.name.clone(), asked);
                         }
                         break;
                     }
@@ -1135,7 +1160,8 @@ pub async fn run(options: &Options) -> Report {
     let mut current_up: Option<DateTime<Utc>> = None;
     let mut pending_restarts: Vec<(DateTime<Utc>, usize)> = Vec::new();
     let mut faults = the_plan.faults.clone().into_iter().peekable();
-    let end = window_end + chrono::TimeDelta::from_std(options.bound).unwrap_or_default();
+    let bound = chrono::TimeDelta::from_std(options.bound).unwrap_or_default();
+    let end = window_end + bound;
     loop {
         let now = Utc::now();
         if now >= end {
@@ -1183,7 +1209,10 @@ pub async fn run(options: &Options) -> Report {
             }
             _ => {}
         }
-        if let Some(f) = faults.next_if(|f| f.at <= Utc::now()) {
+        // A fault is due at its time, but never before the current period up has been checked
+        // for CHECKED after its bound: every restart gets its convergence checked.
+        let checked = current_up.is_some_and(|from| Utc::now() - from >= bound + CHECKED);
+        if let Some(f) = faults.next_if(|f| checked && f.at <= Utc::now()) {
             match f.kind {
                 FaultKind::Kill { sigkill, down } => {
                     let Some(i) = w
@@ -1191,6 +1220,7 @@ pub async fn run(options: &Options) -> Report {
                         .await
                         .or_else(|| w.replicas.iter().position(|r| r.process.is_some()))
                     else {
+                        eprintln!("campaign: no replica runs to be killed; fault skipped");
                         continue;
                     };
                     if let Some(mut p) = w.replicas[i].process.take() {
@@ -1208,6 +1238,7 @@ pub async fn run(options: &Options) -> Report {
                         }
                         if sigkill {
                             p.kill().expect("SIGKILL");
+                            observed.lock().unwrap().sigkills.push(Utc::now());
                             report.sigkills += 1;
                         } else {
                             tokio::task::block_in_place(|| p.stop()).expect("SIGTERM");
@@ -1454,6 +1485,7 @@ mod tests {
             end: t(end),
             user: format!("user-{name}"),
             phase: Some(phase),
+            created: t(start.min(0) - 100),
         }
     }
 

@@ -248,25 +248,47 @@ pub async fn phase(api: &Api<Booking>, name: &str) -> Option<BookingPhase> {
 
 /// Scrapes one sample of the admin port's metrics: the sum of every series of `name` whose
 /// labels contain all of `labels`.
+/// Scrapes one sample of the admin port's metrics: the sum of every series of `name` whose
+/// labels contain all of `labels`. Panics when the port does not answer.
 pub async fn metric(admin: &str, name: &str, labels: &[&str]) -> f64 {
-    let text = http_get(admin, "/metrics").await;
+    let text = try_http_get(admin, "/metrics")
+        .await
+        .unwrap_or_else(|e| panic!("GET http://{admin}/metrics: {e}"));
+    sum_of(&text, name, labels)
+}
+
+fn sum_of(text: &str, name: &str, labels: &[&str]) -> f64 {
     text.lines()
         .filter(|l| l.starts_with(name) && labels.iter().all(|x| l.contains(x)))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
 }
 
-pub async fn http_get(addr: &str, path: &str) -> String {
+/// `GET path` on a plain-HTTP port with one connection, at most 3 s in all.
+pub async fn try_http_get(addr: &str, path: &str) -> Result<String, String> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(addr)
+    let exchange = async {
+        let mut s = tokio::net::TcpStream::connect(addr).await?;
+        s.write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
+        .await?;
+        let mut out = String::new();
+        s.read_to_string(&mut out).await?;
+        Ok::<_, std::io::Error>(out)
+    };
+    match tokio::time::timeout(std::time::Duration::from_secs(3), exchange).await {
+        Ok(Ok(out)) => Ok(out),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err("no answer within 3 s".to_owned()),
+    }
+}
+
+/// `GET path` on a plain-HTTP port; panics when it does not answer.
+pub async fn http_get(addr: &str, path: &str) -> String {
+    try_http_get(addr, path)
         .await
-        .expect("admin port");
-    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
-        .await
-        .unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).await.unwrap();
-    out
+        .unwrap_or_else(|e| panic!("GET http://{addr}{path}: {e}"))
 }
 
 pub struct Env {
@@ -337,9 +359,11 @@ pub fn start_controller(
     b.spawn(&e.dir).expect("controller starts")
 }
 
+/// Whether the controller whose admin port is `admin` leads (its leader gauge is 1); `false`
+/// when it does not answer (not running, shutting down).
 pub async fn leads(admin: &str) -> bool {
-    match tokio::net::TcpStream::connect(admin).await {
-        Ok(_) => metric(admin, "booking_controller_leader", &[]).await == 1.0,
+    match try_http_get(admin, "/metrics").await {
+        Ok(text) => sum_of(&text, "booking_controller_leader", &[]) == 1.0,
         Err(_) => false,
     }
 }

@@ -84,7 +84,7 @@ async fn bookings_reconciled_before_the_resource_list_arrives_all_get_their_phas
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_campaign_one_replica_loses_nothing() {
     let options =
-        booking_tests::campaign::Options::new("campaign-one", Duration::from_secs(150), 1);
+        booking_tests::campaign::Options::new("campaign-one", Duration::from_secs(180), 1);
     let report = booking_tests::campaign::run(&options).await;
     report.assert_clean(3);
     assert!(report.apiserver_restarts >= 1, "{report}");
@@ -100,7 +100,7 @@ async fn kill_campaign_one_replica_loses_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_campaign_two_replicas_loses_nothing_and_only_the_leader_writes() {
     let options =
-        booking_tests::campaign::Options::new("campaign-two", Duration::from_secs(120), 2);
+        booking_tests::campaign::Options::new("campaign-two", Duration::from_secs(180), 2);
     let report = booking_tests::campaign::run(&options).await;
     report.assert_clean(3);
     assert!(report.writes > 0, "{report}");
