@@ -167,15 +167,24 @@ impl Drop for Inner {
     }
 }
 
-/// A free TCP port on 127.0.0.1.
+/// A free TCP port on 127.0.0.1, below the kernel's ephemeral range (Linux hands out 32768 and
+/// up as the source ports of outgoing connections, so a port found by binding port 0 can be
+/// taken by any test's next connection before the caller binds it).
 ///
-/// The port is found by binding port 0 and releasing it, so another process may take it
-/// before the caller binds it; the starters of this crate retry with a new port when a server
-/// fails to start.
+/// A random port of 20000..32000 that binds now; another process may still take it before the
+/// caller binds it, and the starters of this crate retry with a new port when a server fails to
+/// start. Falls back to binding port 0.
 ///
 /// # Errors
 /// [`Error::Io`] when no socket can be bound.
 pub fn free_port() -> Result<u16> {
+    let mut rng = fastrand::Rng::new();
+    for _ in 0..200 {
+        let port = rng.u16(20_000..32_000);
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return Ok(port);
+        }
+    }
     let listener = std::net::TcpListener::bind(("127.0.0.1", 0))
         .map_err(|e| Error::io("binding 127.0.0.1:0 to find a free port", e))?;
     listener

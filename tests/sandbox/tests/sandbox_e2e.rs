@@ -94,17 +94,18 @@ impl Drop for Sandbox {
 }
 
 /// A port such that it and the `n - 1` ports after it are free on 127.0.0.1.
+/// A block of `n` consecutive free ports below the kernel's ephemeral range (32768 and up on
+/// Linux), where no outgoing connection of another test can take one of them as its source
+/// port between this check and the sandbox binding it.
 fn free_port_block(n: u16) -> u16 {
-    for _ in 0..50 {
-        let base = booking_harness::free_port().expect("free port");
-        if base > u16::MAX - n {
-            continue;
-        }
+    let mut rng = fastrand::Rng::new();
+    for _ in 0..200 {
+        let base = rng.u16(20_000..32_000 - n);
         if (base..base + n).all(|p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok()) {
             return base;
         }
     }
-    panic!("found no block of {n} free ports");
+    panic!("found no block of {n} free ports in 20000..32000");
 }
 
 fn read_env(path: &Path) -> BTreeMap<String, String> {
