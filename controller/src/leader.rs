@@ -136,8 +136,12 @@ pub async fn keep(
     loop {
         tokio::select! {
             _ = tokio::time::sleep(cfg.renew) => {}
-            _ = release.changed() => {
-                self::release(&api, &cfg).await;
+            changed = release.changed() => {
+                // Released only when told so; a caller gone without a word (it stopped waiting
+                // for its reconciles) leaves the Lease to expire.
+                if changed.is_ok() && *release.borrow() {
+                    self::release(&api, &cfg).await;
+                }
                 return Ok(());
             }
         }
