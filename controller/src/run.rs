@@ -261,6 +261,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 Ok(_) => Change::default(),
                 Err(e) => {
                     tracing::warn!(error = %e, "booking watch error; retrying");
+                    index.mark_stale();
                     Change::default()
                 }
             };

@@ -163,6 +163,18 @@ pub async fn reconcile(res: Arc<Resource>, ctx: Arc<Context>) -> Result<Action> 
         now,
     };
     let p = plan(&input);
+    if !p.stop.is_empty() && ctx.index.is_stale() {
+        // The Booking watch failed since its last full list: a booking created meanwhile (the
+        // next one of a handover, created while the API server restarted) may be missing from
+        // the cache. Stopping is what cannot be taken back: ask the API server first.
+        match booked_now(&ctx.client, &ns, &name, now).await {
+            Ok(false) => {}
+            Ok(true) | Err(_) => {
+                tracing::debug!("a stop waits for the Booking watch to catch up");
+                return Ok(Action::requeue(std::time::Duration::from_secs(1)));
+            }
+        }
+    }
     let acted = execute(
         &ctx,
         &res,
@@ -473,9 +485,31 @@ fn group_attempts(ctx: &Context, members: Option<&[Member]>) -> BTreeMap<String,
         .collect()
 }
 
+/// Whether a booking holds Resource `name` at `now`, by the API server's own list (a consistent
+/// read), not by the cache.
+async fn booked_now(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    now: chrono::DateTime<Utc>,
+) -> Result<bool> {
+    let all = Api::<booking_shared::api::Booking>::namespaced(client.clone(), ns)
+        .list(&Default::default())
+        .await?;
+    let views: Vec<_> = all
+        .items
+        .iter()
+        .filter(|b| b.spec.resource_name == name)
+        .map(super::view_of)
+        .collect();
+    let verdicts = arbitrate(&views, now);
+    Ok(holder(&views, &verdicts).is_some())
+}
+
 /// How long a booking ending at a fire time of a BookingScheduler of the same Resource waits
-/// for the scheduler's next booking before the group is stopped.
-const HANDOVER_GRACE: chrono::Duration = chrono::Duration::seconds(2);
+/// for the scheduler's next booking before the group is stopped: long enough for the scheduler
+/// to create it after an API server restart.
+const HANDOVER_GRACE: chrono::Duration = chrono::Duration::seconds(30);
 
 /// Schedulers create their bookings at the fire time, never before; when one booking of a
 /// scheduler ends exactly as the next fires, the next booking appears some milliseconds after the
@@ -496,7 +530,10 @@ async fn scheduler_handover(
         .filter(|end| *end <= now && now - *end < HANDOVER_GRACE)
         .max()?;
     let schedulers: Api<BookingScheduler> = Api::namespaced(client.clone(), ns);
-    let list = schedulers.list(&Default::default()).await.ok()?;
+    let Ok(list) = schedulers.list(&Default::default()).await else {
+        // Whether a scheduler fires now cannot be told: wait rather than stop.
+        return Some(std::time::Duration::from_millis(500));
+    };
     let fires_then = list.items.iter().any(|s| {
         s.spec.booking_template.resource_name == resource
             && CronSchedule::parse_in(&s.spec.schedule, s.spec.time_zone.as_deref())
