@@ -175,6 +175,13 @@ pub async fn reconcile(res: Arc<Resource>, ctx: Arc<Context>) -> Result<Action> 
             }
         }
     }
+    // The reads above may have taken a while (an API server coming back): a plan made for an
+    // instant before a boundary of this group's bookings is not carried out after it.
+    if let Some(boundary) = next_boundary(&verdicts)
+        && Utc::now() >= boundary
+    {
+        return Ok(Action::requeue(std::time::Duration::ZERO));
+    }
     let acted = execute(
         &ctx,
         &res,
