@@ -37,12 +37,6 @@ pub fn k8s_time(t: DateTime<Utc>) -> Time {
     Time(ts)
 }
 
-/// Converts a Kubernetes `Time` to chrono.
-pub fn chrono_time(t: &Time) -> DateTime<Utc> {
-    DateTime::from_timestamp(t.0.as_second(), t.0.subsec_nanosecond().max(0) as u32)
-        .unwrap_or_default()
-}
-
 /// The new condition list: `wanted` in order, keeping the previous `lastTransitionTime` of a
 /// condition whose status did not change, `now` otherwise.
 pub fn merge(
@@ -93,7 +87,10 @@ mod tests {
             Some(2),
             t1,
         );
-        assert_eq!(chrono_time(&same[0].last_transition_time), t0);
+        assert_eq!(
+            booking_shared::time::kube_time(&same[0].last_transition_time),
+            t0
+        );
         assert_eq!(same[0].message, "m2");
         assert_eq!(same[0].observed_generation, Some(2));
         let flipped = merge(
@@ -102,7 +99,10 @@ mod tests {
             Some(2),
             t1,
         );
-        assert_eq!(chrono_time(&flipped[0].last_transition_time), t1);
+        assert_eq!(
+            booking_shared::time::kube_time(&flipped[0].last_transition_time),
+            t1
+        );
         assert_eq!(flipped[0].status, "True");
     }
 }

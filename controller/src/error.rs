@@ -1,8 +1,8 @@
-//! The controller's error type. Each variant knows its metric label.
+//! The controller's one error type. Each variant knows its metric label.
 
 use crate::aws::AwsError;
 
-/// Why a reconciliation failed.
+/// Why a reconciliation failed (it is retried with the context's backoff).
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The Kubernetes API refused or failed a request.
@@ -11,12 +11,12 @@ pub enum Error {
     /// An AWS call failed in a way that leaves the observation unusable (e.g. the inventory).
     #[error("AWS: {0}")]
     Aws(#[from] AwsError),
-    /// The object lacks something every object has (namespace, name).
+    /// The object lacks something every stored object has (namespace, name).
     #[error("malformed object: {0}")]
     Malformed(String),
-    /// A cache's watch ended before its first list (only during shutdown).
-    #[error("cache closed before its first list: {0}")]
-    CacheClosed(#[from] kube::runtime::reflector::store::WriterDropped),
+    /// A status could not be serialized.
+    #[error("status not serializable: {0}")]
+    Serialize(#[from] serde_json::Error),
 }
 
 impl Error {
@@ -26,7 +26,7 @@ impl Error {
             Error::Kube(_) => "kube",
             Error::Aws(_) => "aws",
             Error::Malformed(_) => "malformed",
-            Error::CacheClosed(_) => "cache",
+            Error::Serialize(_) => "serialize",
         }
     }
 }

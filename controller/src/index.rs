@@ -15,9 +15,9 @@ use booking_shared::api::{Booking, BookingPhase, Resource};
 use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 
-use crate::arbitration::BookingView;
+use booking_shared::arbitration::BookingView;
+
 use crate::fanout::Synced;
-use crate::reconcile::view_of;
 
 /// What a booking holds in the index: the Resource it names and its arbitration view (parsed
 /// once per change of the booking, not once per reconcile).
@@ -33,7 +33,7 @@ impl Entry {
         let ns = b.namespace()?;
         let entry = Entry {
             resource: ObjectRef::new(&b.spec.resource_name).within(&ns),
-            view: view_of(b),
+            view: BookingView::of(b),
             in_progress: b.status.as_ref().and_then(|s| s.status) == Some(BookingPhase::InProgress),
         };
         Some((ObjectRef::from_obj(b), entry))

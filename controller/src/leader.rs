@@ -11,7 +11,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, Time};
 use kube::api::{Api, ObjectMeta};
 use tokio::sync::watch;
 
-use crate::conditions::{chrono_time, k8s_time};
+use crate::conditions::k8s_time;
+use booking_shared::time::kube_time;
 
 /// Lease settings.
 #[derive(Debug, Clone)]
@@ -40,7 +41,7 @@ pub fn may_acquire(spec: Option<&LeaseSpec>, identity: &str, now: DateTime<Utc>)
         return true;
     };
     let duration = chrono::Duration::seconds(i64::from(spec.lease_duration_seconds.unwrap_or(15)));
-    chrono_time(&Time(renewed.0)) + duration < now
+    kube_time(&Time(renewed.0)) + duration < now
 }
 
 fn micro(t: DateTime<Utc>) -> MicroTime {
@@ -81,7 +82,7 @@ pub async fn try_acquire(api: &Api<Lease>, cfg: &LeaseConfig) -> Result<bool, ku
                 },
                 spec: Some(spec_for(None)),
             };
-            match api.create(&crate::reconcile::post_params(), &lease).await {
+            match api.create(&crate::context::post_params(), &lease).await {
                 Ok(_) => Ok(true),
                 Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
                 Err(e) => Err(e),
@@ -94,7 +95,7 @@ pub async fn try_acquire(api: &Api<Lease>, cfg: &LeaseConfig) -> Result<bool, ku
             lease.spec = Some(spec_for(lease.spec.as_ref()));
             // `resourceVersion` is kept: a concurrent writer makes this a 409.
             match api
-                .replace(&cfg.name, &crate::reconcile::post_params(), &lease)
+                .replace(&cfg.name, &crate::context::post_params(), &lease)
                 .await
             {
                 Ok(_) => Ok(true),
@@ -164,7 +165,7 @@ async fn release(api: &Api<Lease>, cfg: &LeaseConfig) {
         spec.holder_identity = None;
         spec.renew_time = None;
         if let Err(e) = api
-            .replace(&cfg.name, &crate::reconcile::post_params(), &lease)
+            .replace(&cfg.name, &crate::context::post_params(), &lease)
             .await
         {
             tracing::warn!(error = %e, "could not release the lease");

@@ -1,14 +1,17 @@
 //! `booking-controller`: reconciles Resources, Bookings and ResourceMonitors of
 //! `manager.kotaico.de/v1` against AWS EC2 and RDS.
 //!
-//! Decide, then do: [`arbitration`] and [`plan`] are pure functions of (spec, bookings, observed
-//! AWS state, `now`); the [`aws`] layer and the reconcilers execute what they decide.
+//! Decide, then do: arbitration (`booking_shared::arbitration`, shared with the webhook),
+//! [`plan`] and [`triggers`] are pure functions of (spec, bookings, observed AWS state, `now`);
+//! the [`aws`] layer and the [`reconcile`]rs execute what they decide, all through one
+//! [`context::Context`], one [`error::Error`] and one status writer.
 
 pub mod admin;
-pub mod arbitration;
 pub mod aws;
+pub mod backoff;
 pub mod conditions;
 pub mod config;
+pub mod context;
 pub mod error;
 pub mod fanout;
 pub mod index;
@@ -20,3 +23,4 @@ pub mod plan;
 pub mod reconcile;
 pub mod run;
 pub mod tags;
+pub mod triggers;

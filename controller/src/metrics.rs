@@ -13,6 +13,7 @@ type Labels = Vec<(&'static str, String)>;
 #[derive(Clone)]
 pub struct Metrics {
     reconciles: Family<Labels, Counter>,
+    reconcile_seconds: Family<Labels, Histogram>,
     failures: Family<Labels, Counter>,
     aws_calls: Family<Labels, Counter>,
     refresh_seconds: Family<Labels, Histogram>,
@@ -33,6 +34,9 @@ impl Metrics {
         let mut registry = Registry::with_prefix("booking_controller");
         let reconciles = Family::<Labels, Counter>::default();
         let failures = Family::<Labels, Counter>::default();
+        let reconcile_seconds = Family::<Labels, Histogram>::new_with_constructor(
+            (|| Histogram::new(exponential_buckets(0.001, 2.0, 16))) as fn() -> Histogram,
+        );
         let aws_calls = Family::<Labels, Counter>::default();
         let refresh_seconds = Family::<Labels, Histogram>::new_with_constructor(
             (|| Histogram::new(exponential_buckets(0.005, 2.0, 14))) as fn() -> Histogram,
@@ -40,6 +44,11 @@ impl Metrics {
         let active_bookings = Gauge::default();
         let leader = Gauge::default();
         registry.register("reconciles", "Reconciliations by kind", reconciles.clone());
+        registry.register(
+            "reconcile_duration_seconds",
+            "Duration of a reconciliation by kind, in seconds",
+            reconcile_seconds.clone(),
+        );
         registry.register(
             "reconcile_failures",
             "Failed reconciliations by kind and reason",
@@ -68,6 +77,7 @@ impl Metrics {
         Self {
             leader,
             reconciles,
+            reconcile_seconds,
             failures,
             aws_calls,
             refresh_seconds,
@@ -77,13 +87,14 @@ impl Metrics {
     }
 
     /// Counts a reconciliation of `kind` (`Resource`, `Booking`, `ResourceMonitor`).
-    pub fn reconciled(&self, kind: &str) {
-        self.reconciles
-            .get_or_create(&vec![("kind", kind.to_owned())])
-            .inc();
+    pub fn reconciled(&self, kind: &str, seconds: f64) {
+        let labels = vec![("kind", kind.to_owned())];
+        self.reconciles.get_or_create(&labels).inc();
+        self.reconcile_seconds
+            .get_or_create(&labels)
+            .observe(seconds);
     }
 
-    /// Counts a failed reconciliation.
     pub fn failed(&self, kind: &str, reason: &str) {
         self.failures
             .get_or_create(&vec![
@@ -138,7 +149,7 @@ mod tests {
     fn renders_counters_with_labels() {
         let m = super::Metrics::new();
         m.aws_call("StartInstances", "ok");
-        m.reconciled("Resource");
+        m.reconciled("Resource", 0.01);
         m.refresh_took("ec2", "eu-west-1", 0.02);
         let text = m.render();
         assert!(
@@ -149,5 +160,10 @@ mod tests {
         );
         assert!(text.contains(r#"booking_controller_reconciles_total{kind="Resource"} 1"#));
         assert!(text.contains("booking_controller_inventory_refresh_seconds_count"));
+        assert!(
+            text.contains(
+                r#"booking_controller_reconcile_duration_seconds_count{kind="Resource"} 1"#
+            )
+        );
     }
 }

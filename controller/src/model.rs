@@ -1,76 +1,17 @@
-//! What the controller observes of AWS: instance kinds, members of a tag group and the state
-//! rules of each kind (AWS's own state names).
+//! What the controller observes of AWS: inventories (a provider type in a region) and the
+//! members of a tag group.
 
 use std::collections::BTreeMap;
 
 use crate::tags::{ASG_TAG, Key, TagKeys};
 
-/// Provider type of a Resource (`spec.type`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Kind {
-    /// EC2 instances.
-    Ec2,
-    /// RDS DB instances.
-    Rds,
-}
-
-impl Kind {
-    /// Parses `spec.type` (`ec2` or `rds`, as in the CRD's enum).
-    pub fn parse(s: &str) -> Option<Self> {
-        match s {
-            "ec2" => Some(Self::Ec2),
-            "rds" => Some(Self::Rds),
-            _ => None,
-        }
-    }
-
-    /// The wire name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Ec2 => "ec2",
-            Self::Rds => "rds",
-        }
-    }
-
-    /// The state AWS reports for a member that is up: EC2 `running`, RDS `available`.
-    pub fn running_state(self) -> &'static str {
-        match self {
-            Self::Ec2 => "running",
-            Self::Rds => "available",
-        }
-    }
-
-    /// Whether a member in `state` may be started: only `stopped`, for both kinds.
-    pub fn can_start(self, state: &str) -> bool {
-        state == "stopped"
-    }
-
-    /// Whether a member in `state` may be stopped: EC2 only `running`, RDS only `available`.
-    pub fn can_stop(self, state: &str) -> bool {
-        state == self.running_state()
-    }
-
-    /// Whether a member in `state` is gone or going (EC2 `shutting-down`/`terminated`, RDS
-    /// `deleting`): such members are not counted and never acted on.
-    pub fn is_gone(self, state: &str) -> bool {
-        match self {
-            Self::Ec2 => matches!(state, "shutting-down" | "terminated"),
-            Self::Rds => matches!(state, "deleting" | "deleted"),
-        }
-    }
-}
-
-impl std::fmt::Display for Kind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+pub use booking_shared::api::ProviderType;
 
 /// Identifies one inventory: a provider type in a region.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct InventoryKey {
     /// Provider type.
-    pub kind: Kind,
+    pub kind: ProviderType,
     /// AWS region, e.g. `eu-central-1`.
     pub region: String,
 }

@@ -129,7 +129,7 @@ impl NotifyError {
 
 /// What a notification is about.
 #[derive(Debug, Clone)]
-pub struct NotificationContext {
+pub struct NotificationSubject {
     /// Namespace of the booking.
     pub namespace: String,
     /// Name of the booking.
@@ -160,7 +160,7 @@ pub struct Rendered {
 }
 
 /// Renders the message for a booking about to end.
-pub fn render(ctx: &NotificationContext) -> Rendered {
+pub fn render(ctx: &NotificationSubject) -> Rendered {
     let remaining = (ctx.end - ctx.now).max(chrono::Duration::zero());
     let minutes = (remaining.num_seconds() + 59) / 60;
     let end = format_rfc3339(ctx.end);
@@ -381,7 +381,7 @@ impl Notifiers {
         &self,
         index: usize,
         notification: &Notification,
-        ctx: &NotificationContext,
+        ctx: &NotificationSubject,
     ) -> Result<(), NotifyError> {
         let rendered = render(ctx);
         match notification.type_.as_str() {
@@ -395,7 +395,7 @@ impl Notifiers {
         &self,
         index: usize,
         notification: &Notification,
-        ctx: &NotificationContext,
+        ctx: &NotificationSubject,
         rendered: &Rendered,
     ) -> Result<(), NotifyError> {
         let sender = self.email.as_ref().ok_or(NotifyError::EmailNotConfigured)?;
@@ -443,7 +443,7 @@ impl Notifiers {
     async fn send_webhook(
         &self,
         notification: &Notification,
-        ctx: &NotificationContext,
+        ctx: &NotificationSubject,
         rendered: &Rendered,
     ) -> Result<(), NotifyError> {
         let uri: hyper::Uri =
@@ -516,8 +516,8 @@ fn rustls_pemfile_certs(pem: &[u8]) -> Vec<rustls::pki_types::CertificateDer<'st
 mod tests {
     use super::*;
 
-    fn ctx() -> NotificationContext {
-        NotificationContext {
+    fn ctx() -> NotificationSubject {
+        NotificationSubject {
             namespace: "team-a".into(),
             booking: "nightly-etl".into(),
             booking_uid: "0b6f8c1e-uid".into(),

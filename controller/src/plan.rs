@@ -13,42 +13,17 @@
 //!   Resource `Degraded`; it is retried with bounded exponential backoff, as are failed calls.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use booking_shared::api::{ResourceSpec, ResourceState};
 use booking_shared::time::{format_rfc3339, parse_rfc3339};
 use chrono::{DateTime, Utc};
 
-use crate::arbitration::Holder;
+use booking_shared::arbitration::Holder;
+
+use crate::backoff::Backoff;
 use crate::conditions::CondSpec;
-use crate::model::{Kind, Member};
+use crate::model::{Member, ProviderType};
 use crate::tags::{Key, TagKeys};
-
-/// Bounded exponential backoff: `base · 2^(n-1)`, capped at `max`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Backoff {
-    /// Delay after the first failure.
-    pub base: Duration,
-    /// Largest delay.
-    pub max: Duration,
-}
-
-impl Default for Backoff {
-    fn default() -> Self {
-        Self {
-            base: Duration::from_secs(5),
-            max: Duration::from_secs(300),
-        }
-    }
-}
-
-impl Backoff {
-    /// The delay after `failures` consecutive failures (at least 1).
-    pub fn delay(&self, failures: u32) -> Duration {
-        let exp = failures.saturating_sub(1).min(20);
-        self.base.saturating_mul(1u32 << exp).min(self.max)
-    }
-}
 
 /// A start or a stop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -78,7 +53,7 @@ pub struct PlanInput<'a> {
     /// `<namespace>/<name>` of the Resource: the value of the `lock-owner` tag it writes.
     pub owner: &'a str,
     /// Provider type.
-    pub kind: Kind,
+    pub kind: ProviderType,
     /// The Resource's spec (read only; the controller never writes it).
     pub spec: &'a ResourceSpec,
     /// The booking holding the Resource at `now`, from arbitration.
@@ -416,7 +391,7 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
         }
     }
 
-    out.hibernate = kind == Kind::Ec2 && input.spec.hibernate.unwrap_or(false);
+    out.hibernate = kind == ProviderType::Ec2 && input.spec.hibernate.unwrap_or(false);
 
     // Conditions.
     let (ready_reason, ready_msg) = if foreign.is_some() {

@@ -55,7 +55,7 @@ fn our_lock(user: &str, until: &str) -> Vec<(&'static str, String)> {
 
 struct Case {
     what: &'static str,
-    kind: Kind,
+    kind: ProviderType,
     spec: ResourceSpec,
     holder: Option<Holder>,
     members: Vec<Member>,
@@ -75,7 +75,7 @@ impl Default for Case {
     fn default() -> Self {
         Self {
             what: "",
-            kind: Kind::Ec2,
+            kind: ProviderType::Ec2,
             spec: spec(),
             holder: None,
             members: vec![],
@@ -298,7 +298,7 @@ fn plan_table() {
         },
         Case {
             what: "RDS: stop only available, start only stopped",
-            kind: Kind::Rds,
+            kind: ProviderType::Rds,
             spec: ResourceSpec {
                 type_: "rds".into(),
                 ..spec()
@@ -315,7 +315,7 @@ fn plan_table() {
         },
         Case {
             what: "RDS restarted by AWS after 7 days is stopped again while unbooked",
-            kind: Kind::Rds,
+            kind: ProviderType::Rds,
             spec: ResourceSpec {
                 type_: "rds".into(),
                 ..spec()
@@ -429,7 +429,7 @@ fn foreign_lock_is_named_in_condition_and_status() {
     let s = spec();
     let p = plan(&PlanInput {
         owner: OWNER,
-        kind: Kind::Ec2,
+        kind: ProviderType::Ec2,
         spec: &s,
         booking_holder: holder("alice", t(11, 0)),
         members: Some(&members),
@@ -456,7 +456,7 @@ fn lock_tags_carry_user_end_and_owner() {
     let s = spec();
     let p = plan(&PlanInput {
         owner: OWNER,
-        kind: Kind::Ec2,
+        kind: ProviderType::Ec2,
         spec: &s,
         booking_holder: holder("alice", t(11, 0)),
         members: Some(&members),
@@ -502,7 +502,7 @@ fn failed_call_is_reported_with_its_code_and_retried_after_backoff() {
     let s = spec();
     let input = |now| PlanInput {
         owner: OWNER,
-        kind: Kind::Ec2,
+        kind: ProviderType::Ec2,
         spec: &s,
         booking_holder: None,
         members: Some(&members),
@@ -526,22 +526,13 @@ fn failed_call_is_reported_with_its_code_and_retried_after_backoff() {
 }
 
 #[test]
-fn backoff_is_bounded() {
-    let b = Backoff::default();
-    assert_eq!(b.delay(1), Duration::from_secs(5));
-    assert_eq!(b.delay(2), Duration::from_secs(10));
-    assert_eq!(b.delay(7), Duration::from_secs(300));
-    assert_eq!(b.delay(u32::MAX), Duration::from_secs(300));
-}
-
-#[test]
 fn no_inventory_yet_means_no_action() {
     let attempts = BTreeMap::new();
     let keys = TagKeys::default();
     let s = spec();
     let p = plan(&PlanInput {
         owner: OWNER,
-        kind: Kind::Ec2,
+        kind: ProviderType::Ec2,
         spec: &s,
         booking_holder: holder("alice", t(11, 0)),
         members: None,
@@ -583,7 +574,7 @@ fn members_in_transit_ask_for_an_early_look() {
     let run = |members: Vec<Member>, holder_: Option<Holder>| {
         plan(&PlanInput {
             owner: OWNER,
-            kind: Kind::Ec2,
+            kind: ProviderType::Ec2,
             spec: &s,
             booking_holder: holder_,
             members: Some(&members),

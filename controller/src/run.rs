@@ -1,36 +1,33 @@
 //! Wiring: clients built once, leader election, the three controllers, the inventory loop, the
 //! admin port and graceful shutdown.
 
-use std::collections::{BTreeMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
 use booking_shared::api::{Booking, BookingScheduler, Resource, ResourceMonitor};
-use chrono::Utc;
+use booking_shared::ops;
+use booking_shared::time::system_clock;
 use futures::channel::mpsc;
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::Api;
-use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::controller::Controller;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{WatchStreamExt, watcher};
 use tokio::sync::watch;
 
-use crate::admin::{self, Readiness};
-use crate::aws::executor::Executor;
-use crate::aws::inventory::Inventory;
-use crate::aws::sdk::{SdkClients, load_config};
+use crate::admin::{Admin, Readiness};
+use crate::aws::sdk::load_config;
 use crate::config::{Args, RetryMode};
-use crate::error::Error;
-use crate::fanout::Fanout;
+use crate::context::{Caches, Context, Settings};
+use crate::fanout::{Fanout, Synced};
 use crate::index::{BookingIndex, Change};
 use crate::leader::{self, LeaseConfig};
 use crate::metrics::Metrics;
-use crate::plan::Backoff;
-use crate::reconcile::{self, Context};
+use crate::reconcile::{self, drive};
 use crate::tags::TagKeys;
+use crate::triggers::{ResourceTriggers, of_booking_change};
 
 fn api<K>(client: &kube::Client, namespace: &str) -> Api<K>
 where
@@ -62,73 +59,34 @@ fn ticks(rx: watch::Receiver<u64>) -> impl Stream<Item = ()> + Send + 'static {
     })
 }
 
-fn error_policy<K>(kind: &'static str) -> impl Fn(Arc<K>, &Error, Arc<Context>) -> Action {
-    move |_obj, err, ctx| {
-        tracing::warn!(kind, error = %err, "reconcile failed; retrying");
-        ctx.metrics.failed(kind, err.metric_label());
-        Action::requeue(Duration::from_secs(5))
-    }
-}
-
 /// How long reconciles in flight may take to finish after SIGTERM: below Kubernetes' default
 /// `terminationGracePeriodSeconds` (30 s), so that the process ends on its own terms.
 const SHUTDOWN_DRAIN: Duration = Duration::from_secs(20);
 
-/// Resolves when SIGTERM or SIGINT arrives.
-async fn signal() {
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    tokio::select! {
-        _ = term => {}
-        _ = tokio::signal::ctrl_c() => {}
-    }
-}
-
 async fn shutdown_future(mut rx: watch::Receiver<bool>) {
-    while !*rx.borrow() {
-        if rx.changed().await.is_err() {
-            return;
-        }
-    }
+    ops::stopped(&mut rx).await;
 }
 
 /// Runs the controller until SIGTERM (Ok) or a fatal error such as a lost Lease (Err).
 pub async fn run(args: Args) -> anyhow::Result<()> {
     args.validate()?;
-    let notification_roots = match &args.notification_ca_file {
-        Some(path) => vec![
-            std::fs::read(path)
-                .with_context(|| format!("NOTIFICATION_CA_FILE: cannot read {}", path.display()))?,
-        ],
-        None => Vec::new(),
-    };
-    let notifiers = crate::notify::Notifiers::new(&args.smtp, &notification_roots)?;
-    if args.smtp.host.is_none() {
-        tracing::info!("SMTP_HOST is not set: email notifications are reported as failed");
-    }
+    let notifiers = notifiers(&args)?;
     let metrics = Metrics::new();
     let ready = Readiness::default();
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
-    let listener = admin::bind(args.ops.admin_address)
+    let listener = tokio::net::TcpListener::bind(args.ops.admin_address)
         .await
         .with_context(|| format!("cannot bind the admin port {}", args.ops.admin_address))?;
     tracing::info!(address = %listener.local_addr()?, "admin port listening");
-    tokio::spawn(admin::serve(
-        listener,
-        ready.clone(),
-        metrics.clone(),
-        shutdown_rx.clone(),
-    ));
+    let admin = Arc::new(Admin {
+        ready: ready.clone(),
+        metrics: metrics.clone(),
+    });
+    tokio::spawn(ops::serve_admin(listener, admin, shutdown_rx.clone()));
     {
         let tx = shutdown_tx.clone();
         tokio::spawn(async move {
-            signal().await;
+            ops::shutdown_signal().await;
             tracing::info!("shutdown requested");
             let _ = tx.send(true);
         });
@@ -143,352 +101,381 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         args.aws.max_attempts,
     )
     .await;
-    let clients = Arc::new(SdkClients::new(sdk, metrics.clone()));
-    let default_region = clients.default_region().context(
+    let default_region = sdk.region().map(|r| r.to_string()).context(
         "no AWS region configured: set AWS_REGION (or a profile region); Resources without spec.region use it",
     )?;
+    let identity = identity(&args);
+    ready.set(true);
+    // The Lease is released only once every controller has finished its reconciles in flight
+    // (graceful shutdown), never at the signal itself: a successor must not act while this
+    // replica still does (a mail sent but not yet recorded, a stop not yet reported).
+    let (release_tx, release_rx) = watch::channel(false);
+    let leader_task = if args.leader.leader_elect {
+        match lead(&args, &client, &identity, shutdown_rx.clone(), release_rx).await {
+            Some(task) => Some(task),
+            None => return Ok(()),
+        }
+    } else {
+        None
+    };
+    metrics.set_leader(true);
 
-    // Leader election before anything acts.
-    let identity = args
-        .leader
+    let ns = args.kube.namespace.clone();
+    let (caches, feeds) = Feeds::new(&client, &ns, metrics.clone());
+    let settings = Settings {
+        identity,
+        aws: sdk,
+        default_region,
+        tag_keys: TagKeys::new(args.aws.tag_prefix.clone()),
+        batch_window: Duration::from_millis(args.aws.batch_window_ms),
+        targeted_min_interval: chrono::Duration::from_std(args.inventory_interval())
+            .unwrap_or(chrono::Duration::seconds(30)),
+        max_concurrent_writes: usize::from(args.kube.max_concurrent_reconciles),
+        notifiers,
+    };
+    let (ctx, inventory) = Context::new(
+        client.clone(),
+        system_clock(),
+        metrics.clone(),
+        caches,
+        settings,
+    );
+    tokio::spawn(inventory.clone().run(args.inventory_interval()));
+    let controllers = controllers(&args, &client, ctx, feeds, &shutdown_rx);
+    tracing::info!(namespace = %if ns.is_empty() { "*" } else { ns.as_str() }, "controllers running");
+    finish(
+        controllers,
+        leader_task,
+        shutdown_rx,
+        shutdown_tx,
+        release_tx,
+        ready,
+        metrics,
+    )
+    .await
+}
+
+/// The notification senders of `args`.
+fn notifiers(args: &Args) -> anyhow::Result<crate::notify::Notifiers> {
+    let roots = match &args.notification_ca_file {
+        Some(path) => vec![
+            std::fs::read(path)
+                .with_context(|| format!("NOTIFICATION_CA_FILE: cannot read {}", path.display()))?,
+        ],
+        None => Vec::new(),
+    };
+    if args.smtp.host.is_none() {
+        tracing::info!("SMTP_HOST is not set: email notifications are reported as failed");
+    }
+    Ok(crate::notify::Notifiers::new(&args.smtp, &roots)?)
+}
+
+/// This replica's identity: the configured one, else `<hostname>-<pid>`.
+fn identity(args: &Args) -> String {
+    args.leader
         .identity
         .clone()
         .filter(|s| !s.is_empty())
         .unwrap_or_else(|| {
             let host = std::fs::read_to_string("/etc/hostname").unwrap_or_default();
             format!("{}-{}", host.trim(), std::process::id())
-        });
-    ready.set(true);
-    let mut leader_task = None;
-    // The Lease is released only once every controller has finished its reconciles in flight
-    // (graceful shutdown), never at the signal itself: a successor must not act while this
-    // replica still does (a mail sent but not yet recorded, a stop not yet reported).
-    let (release_tx, release_rx) = watch::channel(false);
-    if args.leader.leader_elect {
-        let cfg = LeaseConfig {
-            name: args.leader.lease_name.clone(),
-            namespace: args.lease_namespace(),
-            identity: identity.clone(),
-            duration: Duration::from_secs(args.leader.lease_duration_seconds),
-            renew: Duration::from_secs(args.leader.lease_renew_seconds),
-        };
-        let leases: Api<Lease> = Api::namespaced(client.clone(), &cfg.namespace);
-        tracing::info!(identity = %cfg.identity, lease = %cfg.name, "waiting for leadership");
-        let mut rx = shutdown_rx.clone();
-        if !leader::acquire(&leases, &cfg, &mut rx).await {
-            return Ok(());
-        }
-        tracing::info!(identity = %cfg.identity, "leading");
-        metrics.set_leader(true);
-        leader_task = Some(tokio::spawn(leader::keep(leases, cfg, release_rx)));
-    }
-
-    let keys = TagKeys::new(args.aws.tag_prefix.clone());
-    let inventory = Arc::new(Inventory::new(
-        clients.clone(),
-        clients.clone(),
-        keys.clone(),
-        metrics.clone(),
-    ));
-    let executor = Arc::new(Executor::new(
-        clients.clone(),
-        clients,
-        Duration::from_millis(args.aws.batch_window_ms),
-    ));
-    tokio::spawn(inventory.clone().run(args.inventory_interval()));
-
-    let ns = args.kube.namespace.clone();
-    let wc = watcher::Config::default();
-    let bookings_api: Api<Booking> = api(&client, &ns);
-    let resources_api: Api<Resource> = api(&client, &ns);
-    let monitors_api: Api<ResourceMonitor> = api(&client, &ns);
-    let controller_config = kube::runtime::controller::Config::default()
-        .concurrency(args.kube.max_concurrent_reconciles);
-
-    // One watch and one cache per kind, shared by every controller that reads it: the Booking
-    // controller and the notification controller are fed by the same Booking watch, the
-    // Resource controller and the Booking triggers by the same Resource watch (see `fanout` for
-    // why not kube's shared streams). Cached objects drop what no reconciler reads
-    // (managedFields, the last-applied annotation), which is most of a small object's size.
-    let (bookings_store, bookings_writer) = kube::runtime::reflector::store::<Booking>();
-    let (resources_store, resources_writer) = kube::runtime::reflector::store::<Resource>();
-    let mut booking_fanout = Fanout::<Booking>::default();
-    let booking_events = booking_fanout.subscribe();
-    let notification_events = booking_fanout.subscribe();
-    let mut resource_fanout = Fanout::<Resource>::default();
-    let resource_events = resource_fanout.subscribe();
-    let index = Arc::new(BookingIndex::default());
-    // What a change concerns, as computed by the index: the Resources to reconcile and the
-    // bookings whose arbitration may have changed. The cache and the index are updated before
-    // any trigger is sent (the fan-out's too), so a reconcile never decides on a cache older
-    // than its trigger (a deleted active booking must release its group).
-    let (resource_triggers, resource_triggers_rx) = mpsc::unbounded::<ObjectRef<Resource>>();
-    let (booking_triggers, booking_triggers_rx) = mpsc::unbounded::<ObjectRef<Booking>>();
-    let send_change = {
-        let index = index.clone();
-        let metrics = metrics.clone();
-        let resource_triggers = resource_triggers.clone();
-        let booking_triggers = booking_triggers.clone();
-        move |change: Change| {
-            metrics.set_active_bookings(i64::try_from(index.in_progress()).unwrap_or(i64::MAX));
-            for r in change.resources {
-                let _ = resource_triggers.unbounded_send(r);
-            }
-            for r in &change.rearbitrate {
-                for b in index.of_resource(r) {
-                    let _ = booking_triggers.unbounded_send(b);
-                }
-            }
-        }
-    };
-    let bookings_feed = {
-        let index = index.clone();
-        let store = bookings_store.clone();
-        kube::runtime::reflector(
-            bookings_writer,
-            watcher(bookings_api.clone(), wc.clone())
-                .default_backoff()
-                .modify(strip_cached),
-        )
-        .for_each(move |ev| {
-            let change = match &ev {
-                Ok(watcher::Event::Apply(b)) => index.apply(b),
-                Ok(watcher::Event::Delete(b)) => index.delete(b),
-                Ok(watcher::Event::InitDone) => {
-                    let all = store.state();
-                    index.rebuild(all.iter().map(|b| b.as_ref()))
-                }
-                Ok(_) => Change::default(),
-                Err(e) => {
-                    tracing::warn!(error = %e, "booking watch error; retrying");
-                    index.mark_stale();
-                    Change::default()
-                }
-            };
-            if let Ok(ev) = &ev {
-                booking_fanout.send(&store, ev);
-            }
-            send_change(change);
-            futures::future::ready(())
         })
+}
+
+type LeaderTask = tokio::task::JoinHandle<Result<(), String>>;
+
+/// Waits for leadership (before anything acts) and keeps it in a task; `None` when shut down
+/// while waiting.
+async fn lead(
+    args: &Args,
+    client: &kube::Client,
+    identity: &str,
+    mut shutdown: watch::Receiver<bool>,
+    release: watch::Receiver<bool>,
+) -> Option<LeaderTask> {
+    let cfg = LeaseConfig {
+        name: args.leader.lease_name.clone(),
+        namespace: args.lease_namespace(),
+        identity: identity.to_owned(),
+        duration: Duration::from_secs(args.leader.lease_duration_seconds),
+        renew: Duration::from_secs(args.leader.lease_renew_seconds),
     };
-    let resources_synced = Arc::new(crate::fanout::Synced::default());
-    let resources_feed = {
-        let index = index.clone();
-        let synced = resources_synced.clone();
-        let booking_triggers = booking_triggers.clone();
-        let store = resources_store.clone();
-        // Bookings read only whether their Resource exists: only its appearance and its
-        // deletion concern them, not its status, which changes with every start and stop.
-        let mut known: HashSet<ObjectRef<Resource>> = HashSet::new();
-        kube::runtime::reflector(
-            resources_writer,
-            watcher(resources_api.clone(), wc.clone())
-                .default_backoff()
-                .modify(strip_cached),
-        )
-        .for_each(move |ev| {
-            let resources = match &ev {
-                Ok(watcher::Event::Apply(r)) => {
-                    let key = ObjectRef::from_obj(r);
-                    if known.insert(key.clone()) {
-                        vec![key]
-                    } else {
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &cfg.namespace);
+    tracing::info!(identity = %cfg.identity, lease = %cfg.name, "waiting for leadership");
+    if !leader::acquire(&leases, &cfg, &mut shutdown).await {
+        return None;
+    }
+    tracing::info!(identity = %cfg.identity, "leading");
+    Some(tokio::spawn(leader::keep(leases, cfg, release)))
+}
+
+/// The event streams the controllers are fed from: one watch and one cache per kind, shared by
+/// every controller that reads it (see `fanout` for why not kube's shared streams), and the
+/// triggers computed from them (see `triggers`).
+struct Feeds {
+    booking_events: mpsc::UnboundedReceiver<Arc<Booking>>,
+    notification_events: mpsc::UnboundedReceiver<Arc<Booking>>,
+    resource_events: mpsc::UnboundedReceiver<Arc<Resource>>,
+    bookings_store: kube::runtime::reflector::Store<Booking>,
+    booking_triggers: mpsc::UnboundedReceiver<ObjectRef<Booking>>,
+    resource_triggers: mpsc::UnboundedReceiver<ObjectRef<Resource>>,
+}
+
+impl Feeds {
+    /// Starts the Booking and Resource watches. Cached objects drop what no reconciler reads
+    /// (managedFields, the last-applied annotation), which is most of a small object's size.
+    /// The cache and the index are updated before any trigger is sent (the fan-out's too), so a
+    /// reconcile never decides on a cache older than its trigger (a deleted active booking must
+    /// release its group).
+    fn new(client: &kube::Client, ns: &str, metrics: Metrics) -> (Caches, Self) {
+        let (bookings_store, bookings_writer) = kube::runtime::reflector::store::<Booking>();
+        let (resources_store, resources_writer) = kube::runtime::reflector::store::<Resource>();
+        let index = Arc::new(BookingIndex::default());
+        let resources_synced = Arc::new(Synced::default());
+        let (resource_tx, resource_triggers) = mpsc::unbounded::<ObjectRef<Resource>>();
+        let (booking_tx, booking_triggers) = mpsc::unbounded::<ObjectRef<Booking>>();
+        let mut booking_fanout = Fanout::<Booking>::default();
+        let mut resource_fanout = Fanout::<Resource>::default();
+        let feeds = Self {
+            booking_events: booking_fanout.subscribe(),
+            notification_events: booking_fanout.subscribe(),
+            resource_events: resource_fanout.subscribe(),
+            bookings_store: bookings_store.clone(),
+            booking_triggers,
+            resource_triggers,
+        };
+        let wc = watcher::Config::default();
+        let bookings_feed = {
+            let (index, store, booking_tx) =
+                (index.clone(), bookings_store.clone(), booking_tx.clone());
+            kube::runtime::reflector(
+                bookings_writer,
+                watcher(api::<Booking>(client, ns), wc.clone())
+                    .default_backoff()
+                    .modify(strip_cached),
+            )
+            .for_each(move |ev| {
+                let change = match &ev {
+                    Ok(watcher::Event::Apply(b)) => index.apply(b),
+                    Ok(watcher::Event::Delete(b)) => index.delete(b),
+                    Ok(watcher::Event::InitDone) => {
+                        index.rebuild(store.state().iter().map(|b| b.as_ref()))
+                    }
+                    Ok(_) => Change::default(),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "booking watch error; retrying");
+                        index.mark_stale();
+                        Change::default()
+                    }
+                };
+                if let Ok(ev) = &ev {
+                    booking_fanout.send(&store, ev);
+                }
+                metrics.set_active_bookings(i64::try_from(index.in_progress()).unwrap_or(i64::MAX));
+                let (resources, bookings) = of_booking_change(&index, change);
+                for r in resources {
+                    let _ = resource_tx.unbounded_send(r);
+                }
+                for b in bookings {
+                    let _ = booking_tx.unbounded_send(b);
+                }
+                futures::future::ready(())
+            })
+        };
+        let resources_feed = {
+            let (index, synced, store) = (
+                index.clone(),
+                resources_synced.clone(),
+                resources_store.clone(),
+            );
+            let mut triggers = ResourceTriggers::default();
+            kube::runtime::reflector(
+                resources_writer,
+                watcher(api::<Resource>(client, ns), wc)
+                    .default_backoff()
+                    .modify(strip_cached),
+            )
+            .for_each(move |ev| {
+                let concerned = match &ev {
+                    Ok(ev) => {
+                        if matches!(ev, watcher::Event::InitDone) {
+                            synced.mark();
+                        }
+                        let relisted = || {
+                            store
+                                .state()
+                                .iter()
+                                .map(|r| ObjectRef::from_obj(r.as_ref()))
+                                .collect()
+                        };
+                        let concerned = triggers.on_event(ev, relisted, || index.resources());
+                        resource_fanout.send(&store, ev);
+                        concerned
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "resource watch error; retrying");
                         Vec::new()
                     }
+                };
+                for r in &concerned {
+                    for b in index.of_resource(r) {
+                        let _ = booking_tx.unbounded_send(b);
+                    }
                 }
-                Ok(watcher::Event::Delete(r)) => {
-                    let key = ObjectRef::from_obj(r);
-                    known.remove(&key);
-                    vec![key]
-                }
-                Ok(watcher::Event::InitDone) => {
-                    synced.mark();
-                    known = store
-                        .state()
-                        .iter()
-                        .map(|r| ObjectRef::from_obj(r.as_ref()))
-                        .collect();
-                    index.resources()
-                }
-                Ok(_) => Vec::new(),
-                Err(e) => {
-                    tracing::warn!(error = %e, "resource watch error; retrying");
-                    Vec::new()
-                }
-            };
-            if let Ok(ev) = &ev {
-                resource_fanout.send(&store, ev);
-            }
-            for r in &resources {
-                for b in index.of_resource(r) {
-                    let _ = booking_triggers.unbounded_send(b);
-                }
-            }
-            futures::future::ready(())
-        })
-    };
-    // The feeds end with the process; the controllers' graceful shutdown stops them first.
-    tokio::spawn(bookings_feed);
-    tokio::spawn(resources_feed);
-
-    let ctx = Arc::new(Context {
-        client: client.clone(),
-        inventory: inventory.clone(),
-        executor,
-        keys,
-        default_region,
-        index,
-        resources: resources_store.clone(),
-        resources_synced,
-        attempts: Mutex::new(BTreeMap::new()),
-        targeted: Mutex::new(BTreeMap::new()),
-        targeted_min_interval: chrono::Duration::from_std(args.inventory_interval())
-            .unwrap_or(chrono::Duration::seconds(30)),
-        backoff: Backoff::default(),
-        metrics: metrics.clone(),
-        api_writes: tokio::sync::Semaphore::new(match args.kube.max_concurrent_reconciles {
-            0 => tokio::sync::Semaphore::MAX_PERMITS,
-            n => usize::from(n),
-        }),
-        recorder: Recorder::new(
-            client.clone(),
-            Reporter {
-                controller: "booking-controller".into(),
-                instance: Some(identity.clone()),
-            },
-        ),
-    });
-
-    let stop = || shutdown_future(shutdown_rx.clone());
-    let bookings = Controller::for_shared_stream(booking_events, bookings_store.clone())
-        .with_config(controller_config.clone())
-        .reconcile_on(booking_triggers_rx)
-        .graceful_shutdown_on(stop())
-        .run(
-            reconcile::booking::reconcile,
-            error_policy("Booking"),
-            ctx.clone(),
-        )
-        .for_each(|_| async {});
-    // Resource reconciles are not bounded: a start or stop waits for the executor's batch
-    // window, where the reconciles of every Resource starting together join one call. A
-    // bound would split 1,000 simultaneous starts into 1,000/bound sequential batches. Their
-    // Kubernetes API writes are bounded instead (`Context::api_writes`).
-    let resources = Controller::for_shared_stream(resource_events, resources_store)
-        .reconcile_on(resource_triggers_rx)
-        .reconcile_all_on(ticks(inventory.subscribe()))
-        .graceful_shutdown_on(stop())
-        .run(
-            reconcile::resource::reconcile,
-            error_policy("Resource"),
-            ctx.clone(),
-        )
-        .for_each(|_| async {});
-    let monitors = Controller::new(monitors_api, wc.clone())
-        .with_config(controller_config.clone())
-        .reconcile_all_on(ticks(inventory.subscribe_scans()))
-        .graceful_shutdown_on(stop())
-        .run(
-            reconcile::monitor::reconcile,
-            error_policy("ResourceMonitor"),
-            ctx.clone(),
-        )
-        .for_each(|_| async {});
-    // Schedulers and notifications run as controllers of their own, so that neither a slow
-    // SMTP server nor a scheduler can delay a group's start or stop.
-    let clock: reconcile::scheduler::Clock = Arc::new(Utc::now);
-    let recorder = || {
-        Recorder::new(
-            client.clone(),
-            Reporter {
-                controller: "booking-controller".into(),
-                instance: Some(identity.clone()),
-            },
-        )
-    };
-    let schedulers = reconcile::scheduler::run(
-        Controller::new(api::<BookingScheduler>(&client, &ns), wc.clone())
-            .with_config(controller_config.clone()),
-        Arc::new(reconcile::scheduler::SchedulerContext {
-            client: client.clone(),
-            recorder: recorder(),
-            clock: clock.clone(),
-        }),
-        stop(),
-    );
-    let notifications = reconcile::notification::run(
-        Controller::for_shared_stream(notification_events, bookings_store)
-            .with_config(controller_config.clone()),
-        Arc::new(reconcile::notification::NotificationReconcilerContext {
-            client: client.clone(),
-            recorder: recorder(),
-            clock,
-            notifiers,
-            failures: Mutex::new(BTreeMap::new()),
-        }),
-        stop(),
-    );
-
-    if !args.leader.leader_elect {
-        metrics.set_leader(true);
+                futures::future::ready(())
+            })
+        };
+        // The feeds end with the process; the controllers' graceful shutdown stops them first.
+        tokio::spawn(bookings_feed);
+        tokio::spawn(resources_feed);
+        let caches = Caches {
+            index,
+            resources: resources_store,
+            resources_synced,
+        };
+        (caches, feeds)
     }
-    tracing::info!(namespace = %if ns.is_empty() { "*" } else { ns.as_str() }, "controllers running");
-    let controllers = async {
-        tokio::join!(bookings, resources, monitors, schedulers, notifications);
+}
+
+/// The five controllers, run until the shutdown signal.
+fn controllers(
+    args: &Args,
+    client: &kube::Client,
+    ctx: Arc<Context>,
+    feeds: Feeds,
+    shutdown: &watch::Receiver<bool>,
+) -> impl std::future::Future<Output = ()> + use<> {
+    let ns = &args.kube.namespace;
+    let wc = watcher::Config::default();
+    let config = kube::runtime::controller::Config::default()
+        .concurrency(args.kube.max_concurrent_reconciles);
+    let shutdown = shutdown.clone();
+    let stop = move || shutdown_future(shutdown.clone());
+    let Feeds {
+        booking_events,
+        notification_events,
+        resource_events,
+        bookings_store,
+        booking_triggers,
+        resource_triggers,
+    } = feeds;
+    let inventory = ctx.groups.inventory.clone();
+    let booking_controller = Controller::for_shared_stream(booking_events, bookings_store.clone())
+        .with_config(config.clone())
+        .reconcile_on(booking_triggers);
+    // Resource reconciles are not bounded: a start or stop waits for the executor's batch
+    // window, where the reconciles of every Resource starting together join one call. A bound
+    // would split 1,000 simultaneous starts into 1,000/bound sequential batches. Their
+    // Kubernetes API writes are bounded instead (the context's API-write bound).
+    let resource_controller =
+        Controller::for_shared_stream(resource_events, ctx.caches.resources.clone())
+            .reconcile_on(resource_triggers)
+            .reconcile_all_on(ticks(inventory.subscribe()));
+    let monitor_controller = Controller::new(api::<ResourceMonitor>(client, ns), wc.clone())
+        .with_config(config.clone())
+        .reconcile_all_on(ticks(inventory.subscribe_scans()));
+    // Schedulers and notifications run as controllers of their own, so that neither a slow SMTP
+    // server nor a scheduler can delay a group's start or stop.
+    let scheduler_controller =
+        Controller::new(api::<BookingScheduler>(client, ns), wc).with_config(config.clone());
+    let notification_controller =
+        Controller::for_shared_stream(notification_events, bookings_store).with_config(config);
+    async move {
+        tokio::join!(
+            drive(
+                "Booking",
+                booking_controller,
+                reconcile::booking::reconcile,
+                ctx.clone(),
+                stop()
+            ),
+            drive(
+                "Resource",
+                resource_controller,
+                reconcile::resource::reconcile,
+                ctx.clone(),
+                stop()
+            ),
+            drive(
+                "ResourceMonitor",
+                monitor_controller,
+                reconcile::monitor::reconcile,
+                ctx.clone(),
+                stop()
+            ),
+            drive(
+                "BookingScheduler",
+                scheduler_controller,
+                reconcile::scheduler::reconcile,
+                ctx.clone(),
+                stop()
+            ),
+            drive(
+                "Notification",
+                notification_controller,
+                reconcile::notification::reconcile,
+                ctx,
+                stop()
+            ),
+        );
+    }
+}
+
+/// Waits for the controllers to finish after the shutdown signal, or for the Lease to be lost.
+/// After the signal, reconciles in flight get SHUTDOWN_DRAIN to finish (one may wait for a cache
+/// whose first list never comes while the API server is away). Past it the process exits
+/// without releasing the Lease, which then expires: a successor never acts while a reconcile of
+/// this replica might still.
+async fn finish(
+    controllers: impl std::future::Future<Output = ()>,
+    leader_task: Option<LeaderTask>,
+    shutdown_rx: watch::Receiver<bool>,
+    shutdown_tx: watch::Sender<bool>,
+    release_tx: watch::Sender<bool>,
+    ready: Readiness,
+    metrics: Metrics,
+) -> anyhow::Result<()> {
+    let drain_deadline = async move {
+        shutdown_future(shutdown_rx).await;
+        tokio::time::sleep(SHUTDOWN_DRAIN).await;
+        tracing::warn!(
+            seconds = SHUTDOWN_DRAIN.as_secs(),
+            "reconciles still running after the shutdown signal; exiting without releasing the Lease (it expires)"
+        );
     };
-    // After the shutdown signal, reconciles in flight get SHUTDOWN_DRAIN to finish (one may wait
-    // for a cache whose first list never comes while the API server is away). Past it the
-    // process exits without releasing the Lease, which then expires: a successor never acts
-    // while a reconcile of this replica might still.
-    let drain_deadline = {
-        let rx = shutdown_rx.clone();
-        async move {
-            shutdown_future(rx).await;
-            tokio::time::sleep(SHUTDOWN_DRAIN).await;
-            tracing::warn!(
-                seconds = SHUTDOWN_DRAIN.as_secs(),
-                "reconciles still running after the shutdown signal; exiting without releasing the Lease (it expires)"
-            );
+    let Some(mut task) = leader_task else {
+        tokio::select! {
+            _ = drain_deadline => {}
+            _ = controllers => {}
         }
+        return Ok(());
     };
-    match leader_task {
-        Some(mut task) => {
-            tokio::select! {
-                _ = drain_deadline => Ok(()),
-                _ = controllers => {
-                    // Shut down: every reconcile in flight has finished; release the Lease so
-                    // that a standby replica takes over at once.
-                    ready.set(false);
-                    let _ = shutdown_tx.send(true);
-                    let _ = release_tx.send(true);
-                    match tokio::time::timeout(Duration::from_secs(5), &mut task).await {
-                        Ok(Ok(Err(why))) => tracing::warn!(%why, "lease ended badly during shutdown"),
-                        Ok(_) => {}
-                        Err(_) => tracing::warn!("the lease was not released within 5 s"),
-                    }
-                    Ok(())
-                }
-                lost = &mut task => {
-                    ready.set(false);
-                    metrics.set_leader(false);
-                    match lost {
-                        Ok(Ok(())) => Ok(()),
-                        Ok(Err(why)) => {
-                            let _ = shutdown_tx.send(true);
-                            anyhow::bail!("leadership lost: {why}; exiting so that another replica takes over")
-                        }
-                        Err(e) => anyhow::bail!("leader election task failed: {e}"),
-                    }
-                }
-            }
-        }
-        None => {
-            tokio::select! {
-                _ = drain_deadline => {}
-                _ = controllers => {}
+    tokio::select! {
+        _ = drain_deadline => Ok(()),
+        _ = controllers => {
+            // Shut down: every reconcile in flight has finished; release the Lease so that a
+            // standby replica takes over at once.
+            ready.set(false);
+            let _ = shutdown_tx.send(true);
+            let _ = release_tx.send(true);
+            match tokio::time::timeout(Duration::from_secs(5), &mut task).await {
+                Ok(Ok(Err(why))) => tracing::warn!(%why, "lease ended badly during shutdown"),
+                Ok(_) => {}
+                Err(_) => tracing::warn!("the lease was not released within 5 s"),
             }
             Ok(())
+        }
+        lost = &mut task => {
+            ready.set(false);
+            metrics.set_leader(false);
+            match lost {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(why)) => {
+                    let _ = shutdown_tx.send(true);
+                    anyhow::bail!("leadership lost: {why}; exiting so that another replica takes over")
+                }
+                Err(e) => anyhow::bail!("leader election task failed: {e}"),
+            }
         }
     }
 }

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use booking_controller::notify::{
-    NotificationContext, Notifiers, NotifyError, SmtpSecurity, SmtpSettings, message_id,
+    NotificationSubject, Notifiers, NotifyError, SmtpSecurity, SmtpSettings, message_id,
 };
 use booking_harness::{
     TestDir,
@@ -15,9 +15,9 @@ use booking_harness::{
 use booking_shared::api::Notification;
 use chrono::{DateTime, Utc};
 
-fn ctx() -> NotificationContext {
+fn ctx() -> NotificationSubject {
     let t = |s: &str| DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc);
-    NotificationContext {
+    NotificationSubject {
         namespace: "team-a".into(),
         booking: "nightly-etl".into(),
         booking_uid: "6a0f4a52-1c1b-4d59-9a57-2e1c4f1e7d10".into(),

@@ -6,7 +6,7 @@ use std::{
     sync::{Arc, Mutex},
 };
 
-use booking_controller::notify::{NotificationContext, Notifiers, SmtpSettings};
+use booking_controller::notify::{NotificationSubject, Notifiers, SmtpSettings};
 use booking_harness::{TestDir, tls::TestCa};
 use booking_shared::api::Notification;
 use chrono::{DateTime, Utc};
@@ -70,9 +70,9 @@ async fn receiver(ca: &TestCa, status: u16) -> (SocketAddr, Received) {
     (addr, received)
 }
 
-fn ctx() -> NotificationContext {
+fn ctx() -> NotificationSubject {
     let t = |s: &str| DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc);
-    NotificationContext {
+    NotificationSubject {
         namespace: "team-a".into(),
         booking: "nightly-etl".into(),
         booking_uid: "uid-1".into(),

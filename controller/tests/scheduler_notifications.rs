@@ -6,17 +6,16 @@
 //! condition with retries until the SMTP server comes back.
 
 use std::{
-    collections::BTreeMap,
     sync::{Arc, Mutex},
     time::Duration,
 };
 
 use booking_controller::{
+    context::{Caches, Context, Settings},
+    metrics::Metrics,
     notify::{Notifiers, SmtpSecurity, SmtpSettings},
-    reconcile::{
-        notification::{self, NotificationReconcilerContext},
-        scheduler::{self, Clock, SchedulerContext},
-    },
+    reconcile::{notification, scheduler},
+    tags::TagKeys,
 };
 use booking_harness::{
     TestDir,
@@ -25,6 +24,7 @@ use booking_harness::{
     smtp::{SmtpOptions, SmtpServer},
     tls::TestCa,
 };
+use booking_shared::time::Clock;
 use booking_shared::{
     api::{Booking, BookingScheduler, BookingSpec, Notification},
     scheduling::SCHEDULER_LABEL,
@@ -33,10 +33,7 @@ use chrono::{DateTime, Utc};
 use kube::{
     Api, ResourceExt,
     api::{ListParams, ObjectMeta, Patch, PatchParams, PostParams},
-    runtime::{
-        controller::Action,
-        events::{Recorder, Reporter},
-    },
+    runtime::controller::Action,
 };
 
 fn t(s: &str) -> DateTime<Utc> {
@@ -89,25 +86,48 @@ async fn cluster(label: &str) -> Cluster {
     }
 }
 
-fn recorder(client: &kube::Client) -> Recorder {
-    Recorder::new(
-        client.clone(),
-        Reporter {
-            controller: "booking-controller".into(),
-            instance: Some("test".into()),
-        },
+/// The controller's one context, with the test's clock and notification senders (the AWS
+/// layer is built but never called by these reconcilers).
+fn context(c: &Cluster, clock: &TestClock, notifiers: Notifiers) -> Arc<Context> {
+    let (resources, _writer) = kube::runtime::reflector::store();
+    let caches = Caches {
+        index: Default::default(),
+        resources,
+        resources_synced: Default::default(),
+    };
+    let aws = aws_config::SdkConfig::builder()
+        .behavior_version(aws_config::BehaviorVersion::latest())
+        .region(aws_config::Region::new("eu-west-1"))
+        .build();
+    let settings = Settings {
+        identity: "test".into(),
+        aws,
+        default_region: "eu-west-1".into(),
+        tag_keys: TagKeys::new(String::new()),
+        batch_window: Duration::from_millis(10),
+        targeted_min_interval: chrono::Duration::seconds(30),
+        max_concurrent_writes: 0,
+        notifiers,
+    };
+    Context::new(
+        c.client.clone(),
+        clock.clock(),
+        Metrics::new(),
+        caches,
+        settings,
+    )
+    .0
+}
+
+fn scheduler_ctx(c: &Cluster, clock: &TestClock) -> Arc<Context> {
+    context(
+        c,
+        clock,
+        Notifiers::new(&SmtpSettings::default(), &[]).unwrap(),
     )
 }
 
-fn scheduler_ctx(c: &Cluster, clock: &TestClock) -> Arc<SchedulerContext> {
-    Arc::new(SchedulerContext {
-        client: c.client.clone(),
-        recorder: recorder(&c.client),
-        clock: clock.clock(),
-    })
-}
-
-async fn reconcile_scheduler(c: &Cluster, ctx: &Arc<SchedulerContext>, name: &str) {
+async fn reconcile_scheduler(c: &Cluster, ctx: &Arc<Context>, name: &str) {
     let api: Api<BookingScheduler> = Api::namespaced(c.client.clone(), &c.ns);
     let sched = api.get(name).await.expect("scheduler");
     scheduler::reconcile(Arc::new(sched), ctx.clone())
@@ -319,25 +339,11 @@ fn smtp_settings(port: u16, ca: &TestCa) -> SmtpSettings {
     }
 }
 
-fn notification_ctx(
-    c: &Cluster,
-    clock: &TestClock,
-    smtp: &SmtpSettings,
-) -> Arc<NotificationReconcilerContext> {
-    Arc::new(NotificationReconcilerContext {
-        client: c.client.clone(),
-        recorder: recorder(&c.client),
-        clock: clock.clock(),
-        notifiers: Notifiers::new(smtp, &[]).unwrap(),
-        failures: Mutex::new(BTreeMap::new()),
-    })
+fn notification_ctx(c: &Cluster, clock: &TestClock, smtp: &SmtpSettings) -> Arc<Context> {
+    context(c, clock, Notifiers::new(smtp, &[]).unwrap())
 }
 
-async fn reconcile_notifications(
-    c: &Cluster,
-    ctx: &Arc<NotificationReconcilerContext>,
-    name: &str,
-) -> Action {
+async fn reconcile_notifications(c: &Cluster, ctx: &Arc<Context>, name: &str) -> Action {
     let api: Api<Booking> = Api::namespaced(c.client.clone(), &c.ns);
     let b = api.get(name).await.expect("booking");
     notification::reconcile(Arc::new(b), ctx.clone())

@@ -21,6 +21,80 @@ pub const CATEGORY: &str = "resourcebooking";
 
 /// Provider types a Resource or ResourceMonitor may name.
 pub const SUPPORTED_RESOURCE_TYPES: [&str; 2] = ["ec2", "rds"];
+/// The provider type of a Resource or ResourceMonitor (`spec.type`), with AWS's own state names.
+///
+/// `spec.type` stays a string on the wire: an object written with an unknown type (admission
+/// bypassed, a newer API) still reads, and is reported by the field that is wrong rather than
+/// failing to deserialize. [`ResourceSpec::provider_type`] and
+/// [`ResourceMonitorSpec::provider_type`] are the one place it is parsed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ProviderType {
+    /// EC2 instances.
+    Ec2,
+    /// RDS DB instances.
+    Rds,
+}
+
+impl ProviderType {
+    /// Parses a `spec.type` value (`ec2` or `rds`, as in the CRD's enum).
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "ec2" => Some(Self::Ec2),
+            "rds" => Some(Self::Rds),
+            _ => None,
+        }
+    }
+
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Ec2 => "ec2",
+            Self::Rds => "rds",
+        }
+    }
+
+    /// The state AWS reports for a member that is up: EC2 `running`, RDS `available`.
+    pub fn running_state(self) -> &'static str {
+        match self {
+            Self::Ec2 => "running",
+            Self::Rds => "available",
+        }
+    }
+
+    /// Whether a member in `state` may be started: only `stopped`, for both types.
+    pub fn can_start(self, state: &str) -> bool {
+        state == "stopped"
+    }
+
+    /// Whether a member in `state` may be stopped: EC2 only `running`, RDS only `available`.
+    pub fn can_stop(self, state: &str) -> bool {
+        state == self.running_state()
+    }
+
+    /// Whether a member in `state` is gone or going (EC2 `shutting-down`/`terminated`, RDS
+    /// `deleting`): such members are not counted and never acted on.
+    pub fn is_gone(self, state: &str) -> bool {
+        match self {
+            Self::Ec2 => matches!(state, "shutting-down" | "terminated"),
+            Self::Rds => matches!(state, "deleting" | "deleted"),
+        }
+    }
+}
+
+impl std::fmt::Display for ProviderType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The message of an unsupported `spec.type` (the webhook's and the controller's).
+pub fn unsupported_type_message(field: &str, value: &str) -> String {
+    format!(
+        "{field}: {value:?} is not a supported resource type; use one of {}",
+        SUPPORTED_RESOURCE_TYPES.join(", ")
+    )
+}
+
 /// Notification types the controller knows how to send.
 pub const SUPPORTED_NOTIFICATION_TYPES: [&str; 2] = ["email", "webhook"];
 /// Default notification lead time, in minutes before the booking's end (as the original).
@@ -505,4 +579,18 @@ fn resource_type_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
         "type": "string",
         "enum": SUPPORTED_RESOURCE_TYPES,
     })
+}
+
+impl ResourceSpec {
+    /// `spec.type` as a provider type; `None` when it names none.
+    pub fn provider_type(&self) -> Option<ProviderType> {
+        ProviderType::parse(&self.type_)
+    }
+}
+
+impl ResourceMonitorSpec {
+    /// `spec.type` as a provider type; `None` when it names none.
+    pub fn provider_type(&self) -> Option<ProviderType> {
+        ProviderType::parse(&self.type_)
+    }
 }

@@ -8,12 +8,22 @@
 //! - [`scheduling`]: BookingScheduler fires (names, missed fires) and notification timing.
 //! - [`crd`]: the generated CustomResourceDefinitions.
 //! - [`validation`]: admission rules (`validate_*`) and defaults (`default_*`) of the four kinds.
-//! - [`overlap`]: the interval index answering which bookings overlap a slot.
+//! - [`overlap`]: the interval structure answering which bookings overlap a slot, and the
+//!   webhook's index of bookings built on it.
+//! - [`arbitration`]: which booking of a Resource holds it (first created wins), over the same
+//!   structure; the controller's decision, the webhook's admission rule in its strict form.
+//! - [`names`]: names and label values shortened with a hash suffix.
+//! - `ops` (feature `ops`): the admin port and the shutdown signal of both binaries.
 //!
-//! Nothing here performs I/O or reads the clock: every rule takes `now` as a parameter.
+//! Nothing here performs I/O or reads the clock: every rule takes `now` as a parameter (the
+//! binaries inject [`time::system_clock`]).
 
 pub mod api;
+pub mod arbitration;
 pub mod crd;
+pub mod names;
+#[cfg(feature = "ops")]
+pub mod ops;
 pub mod overlap;
 pub mod schedule;
 pub mod scheduling;

@@ -44,8 +44,6 @@ pub struct IndexedBooking {
     pub end_at: String,
     /// The parsed slot.
     pub slot: Slot,
-    /// `metadata.creationTimestamp`, when known (the controller's arbitration orders by it).
-    pub created_at: Option<DateTime<Utc>>,
     /// True once `metadata.deletionTimestamp` is set: the booking is going away and no longer
     /// blocks others.
     pub deleting: bool,
@@ -56,9 +54,6 @@ impl IndexedBooking {
     /// times do not form a slot (such a booking can never hold its Resource).
     pub fn from_booking(booking: &Booking) -> Option<Self> {
         let slot = Slot::of_booking(&booking.spec).ok()?;
-        let created_at = booking.metadata.creation_timestamp.as_ref().and_then(|t| {
-            DateTime::from_timestamp(t.0.as_second(), t.0.subsec_nanosecond().try_into().ok()?)
-        });
         Some(Self {
             namespace: booking.metadata.namespace.clone()?,
             name: booking.metadata.name.clone()?,
@@ -67,14 +62,77 @@ impl IndexedBooking {
             start_at: booking.spec.start_at.clone(),
             end_at: booking.spec.end_at.clone(),
             slot,
-            created_at,
             deleting: booking.metadata.deletion_timestamp.is_some(),
         })
     }
 }
 
-/// Bookings of one (namespace, resource), by slot, then by name.
-type Tree = IntervalMap<DateTime<Utc>, BTreeMap<String, IndexedBooking>>;
+/// Named entries by half-open slot: which entries overlap a slot, in O(log n + k). The one
+/// interval structure of the project: the webhook's index keeps one per (namespace, resource),
+/// and the controller's arbitration ([`crate::arbitration`]) one of the accepted bookings.
+///
+/// An interval tree (`iset::IntervalMap`, a red-black tree whose nodes carry the largest end of
+/// their subtree); entries with the very same slot share one node, by name.
+#[derive(Debug, Clone)]
+pub struct SlotMap<V> {
+    tree: IntervalMap<DateTime<Utc>, BTreeMap<String, V>>,
+}
+
+impl<V> Default for SlotMap<V> {
+    fn default() -> Self {
+        Self {
+            tree: IntervalMap::new(),
+        }
+    }
+}
+
+impl<V> SlotMap<V> {
+    /// Adds (or replaces) the entry `name` with slot `slot`.
+    pub fn insert(&mut self, slot: Slot, name: &str, value: V) {
+        match self.tree.get_mut(slot.start..slot.end) {
+            Some(group) => {
+                group.insert(name.to_owned(), value);
+            }
+            None => {
+                self.tree.insert(
+                    slot.start..slot.end,
+                    BTreeMap::from([(name.to_owned(), value)]),
+                );
+            }
+        }
+    }
+
+    /// Removes the entry `name` with slot `slot`.
+    pub fn remove(&mut self, slot: Slot, name: &str) -> Option<V> {
+        let range = slot.start..slot.end;
+        let group = self.tree.get_mut(range.clone())?;
+        let removed = group.remove(name);
+        if group.is_empty() {
+            self.tree.remove(range);
+        }
+        removed
+    }
+
+    /// The entry `name` with slot `slot`.
+    pub fn get(&self, slot: Slot, name: &str) -> Option<&V> {
+        self.tree.get(slot.start..slot.end)?.get(name)
+    }
+
+    /// The entries whose slot overlaps `slot` (back-to-back slots do not overlap).
+    pub fn overlapping(&self, slot: Slot) -> impl Iterator<Item = (&str, &V)> + '_ {
+        self.tree
+            .values(slot.start..slot.end)
+            .flat_map(|group| group.iter().map(|(k, v)| (k.as_str(), v)))
+    }
+
+    /// Whether no entry is left.
+    pub fn is_empty(&self) -> bool {
+        self.tree.is_empty()
+    }
+}
+
+/// Bookings of one (namespace, resource).
+type Tree = SlotMap<IndexedBooking>;
 
 /// One layer of the index: interval trees per (namespace, resource) and the slot of each name.
 #[derive(Default, Debug)]
@@ -86,26 +144,16 @@ struct Layer {
 impl Layer {
     fn insert(&mut self, booking: IndexedBooking) {
         self.remove(&booking.namespace, &booking.name);
-        let Slot { start, end } = booking.slot;
         self.names.insert(
             (booking.namespace.clone(), booking.name.clone()),
             (booking.resource_name.clone(), booking.slot),
         );
-        let tree = self
-            .trees
+        let name = booking.name.clone();
+        let slot = booking.slot;
+        self.trees
             .entry((booking.namespace.clone(), booking.resource_name.clone()))
-            .or_default();
-        match tree.get_mut(start..end) {
-            Some(group) => {
-                group.insert(booking.name.clone(), booking);
-            }
-            None => {
-                tree.insert(
-                    start..end,
-                    BTreeMap::from([(booking.name.clone(), booking)]),
-                );
-            }
-        }
+            .or_default()
+            .insert(slot, &name, booking);
     }
 
     fn remove(&mut self, namespace: &str, name: &str) -> Option<IndexedBooking> {
@@ -114,12 +162,7 @@ impl Layer {
             .remove(&(namespace.to_owned(), name.to_owned()))?;
         let key = (namespace.to_owned(), resource);
         let tree = self.trees.get_mut(&key)?;
-        let range = slot.start..slot.end;
-        let group = tree.get_mut(range.clone())?;
-        let removed = group.remove(name);
-        if group.is_empty() {
-            tree.remove(range);
-        }
+        let removed = tree.remove(slot, name);
         if tree.is_empty() {
             self.trees.remove(&key);
         }
@@ -130,8 +173,7 @@ impl Layer {
         let (resource, slot) = self.names.get(&(namespace.to_owned(), name.to_owned()))?;
         self.trees
             .get(&(namespace.to_owned(), resource.clone()))?
-            .get(slot.start..slot.end)?
-            .get(name)
+            .get(*slot, name)
     }
 
     fn overlapping<'a>(
@@ -143,8 +185,7 @@ impl Layer {
         self.trees
             .get(&(namespace.to_owned(), resource.to_owned()))
             .into_iter()
-            .flat_map(move |tree| tree.values(slot.start..slot.end))
-            .flat_map(BTreeMap::values)
+            .flat_map(move |tree| tree.overlapping(slot).map(|(_, b)| b))
     }
 }
 
@@ -312,7 +353,6 @@ mod tests {
             start_at: crate::time::format_rfc3339(t(a)),
             end_at: crate::time::format_rfc3339(t(b)),
             slot: slot(a, b),
-            created_at: None,
             deleting: false,
         }
     }

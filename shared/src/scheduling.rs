@@ -15,7 +15,6 @@
 //! booking has not ended yet. Any other missed fire is skipped and reported.
 
 use chrono::{DateTime, Duration, Utc};
-use sha2::{Digest, Sha256};
 
 use crate::{
     api::{BookingSchedulerSpec, BookingSpec, DEFAULT_NOTIFICATION_LEAD_MINUTES, Notification},
@@ -39,13 +38,16 @@ pub fn booking_name(scheduler: &str, fire: DateTime<Utc>) -> String {
     if scheduler.len() <= budget {
         return format!("{scheduler}-{stamp}");
     }
-    let digest = hex::encode(&Sha256::digest(scheduler.as_bytes())[..4]);
-    let keep = budget - digest.len() - 1;
-    let mut prefix: String = scheduler.chars().take(keep).collect();
-    while prefix.ends_with(['-', '.']) {
-        prefix.pop();
+    format!("{}-{stamp}", crate::names::shorten(scheduler, budget, 8))
+}
+
+/// The value of the [`SCHEDULER_LABEL`] label naming scheduler `name` (a label value has at most
+/// 63 characters; a longer name is shortened with a hash suffix).
+pub fn scheduler_label_value(name: &str) -> String {
+    if name.len() <= 63 {
+        return name.to_owned();
     }
-    format!("{prefix}-{digest}-{stamp}")
+    crate::names::shorten(name, 63, 8)
 }
 
 /// The booking a scheduler creates for a fire time.

@@ -1,9 +1,26 @@
 //! Pure time rules: RFC 3339 parsing, booking phases and overlaps. No I/O; the clock is always a
 //! parameter.
 
+use std::sync::Arc;
+
 use chrono::{DateTime, Datelike as _, Timelike as _, Utc};
 
 use crate::api::{BookingPhase, BookingSpec};
+
+/// The clock: a function returning "now". The binaries inject [`system_clock`]; tests inject a
+/// fixed or moving instant, so every rule and reconciler can be tested at any time without
+/// waiting.
+pub type Clock = Arc<dyn Fn() -> DateTime<Utc> + Send + Sync>;
+
+/// The real clock (`Utc::now`), the one the binaries inject.
+pub fn system_clock() -> Clock {
+    Arc::new(Utc::now)
+}
+
+/// A clock standing still at `at` (for tests).
+pub fn fixed_clock(at: DateTime<Utc>) -> Clock {
+    Arc::new(move || at)
+}
 
 /// A timestamp field that could not be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -81,6 +98,12 @@ fn offset_with_colon(value: &str) -> Option<String> {
     let after_seconds = head.len() >= 19 && head.ends_with(|c: char| c.is_ascii_digit());
     (matches!(sign, "+" | "-") && digits.bytes().all(|b| b.is_ascii_digit()) && after_seconds)
         .then(|| format!("{head}{sign}{}:{}", &digits[..2], &digits[2..]))
+}
+
+/// A Kubernetes `metav1.Time` (e.g. `metadata.creationTimestamp`) as a chrono instant.
+pub fn kube_time(t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time) -> DateTime<Utc> {
+    DateTime::from_timestamp(t.0.as_second(), t.0.subsec_nanosecond().max(0) as u32)
+        .unwrap_or_default()
 }
 
 /// Formats an instant as RFC 3339 UTC with second precision (`2031-01-10T22:35:00Z`), or with

@@ -25,13 +25,12 @@
 use std::{fmt, str::FromStr};
 
 use chrono::{DateTime, Duration, Utc};
-use sha2::{Digest, Sha256};
 
 use crate::{
     api::{
         Booking, BookingScheduler, BookingSchedulerSpec, BookingSpec,
-        DEFAULT_NOTIFICATION_LEAD_MINUTES, Notification, Resource, ResourceMonitor,
-        ResourceMonitorSpec, ResourceSpec, SUPPORTED_NOTIFICATION_TYPES, SUPPORTED_RESOURCE_TYPES,
+        DEFAULT_NOTIFICATION_LEAD_MINUTES, Notification, ProviderType, Resource, ResourceMonitor,
+        ResourceMonitorSpec, ResourceSpec, SUPPORTED_NOTIFICATION_TYPES, unsupported_type_message,
     },
     overlap::IndexedBooking,
     schedule::{CronSchedule, parse_time_zone},
@@ -300,19 +299,7 @@ pub fn resource_label_value(resource_name: &str) -> String {
     if is_label_value(resource_name) {
         return resource_name.to_owned();
     }
-    let digest = hex::encode(Sha256::digest(resource_name.as_bytes()));
-    let hash = &digest[..10];
-    let prefix: String = resource_name
-        .chars()
-        .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-        .take(MAX_LABEL_VALUE_LEN - hash.len() - 1)
-        .collect();
-    let prefix = prefix.trim_matches(|c: char| !c.is_ascii_alphanumeric());
-    if prefix.is_empty() {
-        hash.to_owned()
-    } else {
-        format!("{prefix}-{hash}")
-    }
+    crate::names::shorten(resource_name, MAX_LABEL_VALUE_LEN, 10)
 }
 
 /// Whether `v` is a valid label value (Kubernetes API conventions; the empty value is valid).
@@ -487,7 +474,7 @@ pub fn validate_resource(spec: &ResourceSpec) -> Outcome {
     {
         r.deny("spec.booked_until", e.to_string());
     }
-    if spec.hibernate == Some(true) && spec.type_ == "rds" {
+    if spec.hibernate == Some(true) && spec.provider_type() == Some(ProviderType::Rds) {
         r.warn("spec.hibernate applies to ec2 only; it is ignored for an rds Resource");
     }
     r.finish()
@@ -661,14 +648,8 @@ fn check_webhook_url(r: &mut Report, field: &str, value: &str) {
 }
 
 fn check_resource_type(r: &mut Report, field: &str, value: &str) {
-    if !SUPPORTED_RESOURCE_TYPES.contains(&value) {
-        r.deny(
-            field,
-            format!(
-                "{field}: {value:?} is not a supported resource type; use one of {}",
-                SUPPORTED_RESOURCE_TYPES.join(", ")
-            ),
-        );
+    if ProviderType::parse(value).is_none() {
+        r.deny(field, unsupported_type_message(field, value));
     }
 }
 

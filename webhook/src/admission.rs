@@ -53,7 +53,7 @@ impl Endpoint {
 
 /// The kinds this webhook serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
+pub enum ServedKind {
     /// `Booking`.
     Booking,
     /// `BookingScheduler`.
@@ -64,7 +64,7 @@ pub enum Kind {
     ResourceMonitor,
 }
 
-impl Kind {
+impl ServedKind {
     /// The kind of a request, if it is one of ours.
     pub fn of(gvk: &GroupVersionKind) -> Option<Self> {
         if gvk.group != GROUP {
@@ -82,7 +82,7 @@ impl Kind {
 
 /// Outcome class of one review, for metrics and logs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Verdict {
+pub enum ReviewResult {
     /// Admitted (possibly with warnings or a patch).
     Allowed,
     /// Denied by a rule.
@@ -91,7 +91,7 @@ pub enum Verdict {
     Error,
 }
 
-impl Verdict {
+impl ReviewResult {
     /// The metric label.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -112,7 +112,7 @@ pub struct Decision {
     /// The request's operation (`UNKNOWN` when unreadable).
     pub operation: &'static str,
     /// Allowed, denied or error.
-    pub verdict: Verdict,
+    pub verdict: ReviewResult,
     /// The RFC 6902 patch of a mutating answer, when something changes.
     pub patch: Option<json_patch::Patch>,
 }
@@ -152,7 +152,7 @@ impl Decision {
             review: response.into_review(),
             kind: "unknown".to_owned(),
             operation: "UNKNOWN",
-            verdict: Verdict::Error,
+            verdict: ReviewResult::Error,
             patch: None,
         }
     }
@@ -214,7 +214,7 @@ pub fn admit_general(state: &State, endpoint: Endpoint, body: &[u8]) -> Decision
         }
     };
     let operation = operation_str(&request.operation);
-    let Some(kind) = Kind::of(&request.kind) else {
+    let Some(kind) = ServedKind::of(&request.kind) else {
         let message = format!(
             "kind {:?} of group {:?} is not served by this webhook; it serves Booking, BookingScheduler, Resource and ResourceMonitor of {GROUP}: fix the rules of the webhook configuration",
             request.kind.kind, request.kind.group
@@ -226,7 +226,7 @@ pub fn admit_general(state: &State, endpoint: Endpoint, body: &[u8]) -> Decision
             review: response.into_review(),
             kind: request.kind.kind.clone(),
             operation,
-            verdict: Verdict::Error,
+            verdict: ReviewResult::Error,
             patch: None,
         };
     };
@@ -247,13 +247,11 @@ pub fn admit_general(state: &State, endpoint: Endpoint, body: &[u8]) -> Decision
 
 fn validate(
     state: &State,
-    kind: Kind,
+    kind: ServedKind,
     req: &AdmissionRequest<DynamicObject>,
-) -> (AdmissionResponse, Verdict) {
-    let allow = || (AdmissionResponse::from(req), Verdict::Allowed);
-    if !matches!(req.operation, Operation::Create | Operation::Update) || req.sub_resource.is_some()
-    {
-        return allow();
+) -> (AdmissionResponse, ReviewResult) {
+    if exempt(req, |old, new| old.data.get("spec") == new.data.get("spec")) {
+        return (AdmissionResponse::from(req), ReviewResult::Allowed);
     }
     let Some(object) = req.object.as_ref() else {
         return error(
@@ -261,16 +259,7 @@ fn validate(
             "the request has no object; CREATE and UPDATE reviews carry the object",
         );
     };
-    if req.operation == Operation::Update {
-        let unchanged_spec = req
-            .old_object
-            .as_ref()
-            .is_some_and(|old| old.data.get("spec") == object.data.get("spec"));
-        if unchanged_spec || object.metadata.deletion_timestamp.is_some() {
-            return allow();
-        }
-    }
-    if kind == Kind::Booking && !state.bookings_synced() {
+    if kind == ServedKind::Booking && !state.bookings_synced() {
         return unavailable(
             req,
             "the webhook is still loading the cluster's bookings (its overlap index has not \
@@ -281,16 +270,40 @@ fn validate(
     let now = state.now();
     let info = RequestInfo::of(req);
     let outcome = match kind {
-        Kind::Booking => typed::<Booking>(object, "Booking")
+        ServedKind::Booking => typed::<Booking>(object, "Booking")
             .and_then(|b| validate_booking(state, &info, &b, now)),
-        Kind::BookingScheduler => typed::<BookingScheduler>(object, "BookingScheduler")
+        ServedKind::BookingScheduler => typed::<BookingScheduler>(object, "BookingScheduler")
             .and_then(|s| validation::validate_booking_scheduler(&s.spec, &state.policy, now)),
-        Kind::Resource => typed::<Resource>(object, "Resource")
+        ServedKind::Resource => typed::<Resource>(object, "Resource")
             .and_then(|r| validation::validate_resource(&r.spec)),
-        Kind::ResourceMonitor => typed::<ResourceMonitor>(object, "ResourceMonitor")
+        ServedKind::ResourceMonitor => typed::<ResourceMonitor>(object, "ResourceMonitor")
             .and_then(|m| validation::validate_resource_monitor(&m.spec)),
     };
     answer(req, outcome)
+}
+
+/// The one rule of what is not judged: anything but a CREATE or UPDATE of the object itself (a
+/// subresource such as `status` is never judged), and an UPDATE that leaves the spec as it was
+/// (`same_spec`) or marks the object for deletion: nothing a rule reads has changed, and an
+/// object must always be able to go away. A CREATE or UPDATE without its object is judged (and
+/// refused by the caller).
+fn exempt<K: kube::Resource>(
+    req: &AdmissionRequest<K>,
+    same_spec: impl Fn(&K, &K) -> bool,
+) -> bool {
+    if !matches!(req.operation, Operation::Create | Operation::Update) || req.sub_resource.is_some()
+    {
+        return true;
+    }
+    let Some(object) = req.object.as_ref() else {
+        return false;
+    };
+    req.operation == Operation::Update
+        && (req
+            .old_object
+            .as_ref()
+            .is_some_and(|old| same_spec(old, object))
+            || object.meta().deletion_timestamp.is_some())
 }
 
 /// What the rules read from a request besides its object.
@@ -314,21 +327,21 @@ impl<'a> RequestInfo<'a> {
 fn answer<K: kube::Resource>(
     req: &AdmissionRequest<K>,
     outcome: Outcome,
-) -> (AdmissionResponse, Verdict) {
+) -> (AdmissionResponse, ReviewResult) {
     match outcome {
         Ok(warnings) => {
             let mut response = AdmissionResponse::from(req);
             if !warnings.is_empty() {
                 response.warnings = Some(warnings);
             }
-            (response, Verdict::Allowed)
+            (response, ReviewResult::Allowed)
         }
         Err(invalid) => {
             // 403 Forbidden, as the API server reports a webhook denial without a code.
             let mut response = AdmissionResponse::from(req);
             response.allowed = false;
             response.result = Status::failure(&invalid.to_string(), "Forbidden").with_code(403);
-            (response, Verdict::Denied)
+            (response, ReviewResult::Denied)
         }
     }
 }
@@ -387,7 +400,6 @@ fn validate_booking(
             start_at: b.spec.start_at.clone(),
             end_at: b.spec.end_at.clone(),
             slot,
-            created_at: None,
             deleting: false,
         };
         index.reserve(entry, now + state.reservation_ttl);
@@ -404,10 +416,10 @@ fn validate_booking(
 // === mutate ===================================================================================
 
 fn mutate(
-    kind: Kind,
+    kind: ServedKind,
     req: &AdmissionRequest<DynamicObject>,
-) -> ((AdmissionResponse, Verdict), Option<json_patch::Patch>) {
-    let allow = || ((AdmissionResponse::from(req), Verdict::Allowed), None);
+) -> ((AdmissionResponse, ReviewResult), Option<json_patch::Patch>) {
+    let allow = || ((AdmissionResponse::from(req), ReviewResult::Allowed), None);
     if !matches!(req.operation, Operation::Create | Operation::Update) || req.sub_resource.is_some()
     {
         return allow();
@@ -426,22 +438,22 @@ fn mutate(
     }
     let user = req.user_info.username.as_deref().unwrap_or_default();
     let patch = match kind {
-        Kind::Booking => defaulted::<Booking>(object, req.old_object.as_ref(), |b, old| {
+        ServedKind::Booking => defaulted::<Booking>(object, req.old_object.as_ref(), |b, old| {
             validation::default_booking(b, old, user)
         }),
-        Kind::BookingScheduler => {
+        ServedKind::BookingScheduler => {
             defaulted::<BookingScheduler>(object, req.old_object.as_ref(), |s, old| {
                 validation::default_booking_scheduler(s, old, user)
             })
         }
-        Kind::Resource => {
+        ServedKind::Resource => {
             defaulted::<Resource>(object, None, |r, _| validation::default_resource(r))
         }
-        Kind::ResourceMonitor => defaulted::<ResourceMonitor>(object, None, |m, _| {
+        ServedKind::ResourceMonitor => defaulted::<ResourceMonitor>(object, None, |m, _| {
             validation::default_resource_monitor(m)
         }),
     };
-    ((AdmissionResponse::from(req), Verdict::Allowed), patch)
+    ((AdmissionResponse::from(req), ReviewResult::Allowed), patch)
 }
 
 /// The RFC 6902 patch that fills the defaults of `object`, or `None` when nothing changes or
@@ -480,12 +492,14 @@ mod fast {
     use booking_shared::validation::{self, Outcome};
     use kube::core::{
         GroupVersionKind, TypeMeta,
-        admission::{AdmissionRequest, AdmissionResponse, Operation},
+        admission::{AdmissionRequest, AdmissionResponse},
         object::HasSpec,
     };
     use serde::{Deserialize, de::DeserializeOwned};
 
-    use super::{Decision, Kind, RequestInfo, Verdict, answer, operation_str, validate_booking};
+    use super::{
+        Decision, RequestInfo, ReviewResult, ServedKind, answer, operation_str, validate_booking,
+    };
     use crate::state::State;
 
     #[derive(Deserialize)]
@@ -515,19 +529,21 @@ mod fast {
         if peek.api_version != "admission.k8s.io/v1" || peek.kind != "AdmissionReview" {
             return None;
         }
-        match Kind::of(&peek.request?.kind)? {
+        match ServedKind::of(&peek.request?.kind)? {
             // Until the index has synced, the general path answers (503).
-            Kind::Booking if !state.bookings_synced() => None,
-            Kind::Booking => judge::<Booking>(state, body, |state, info, b, now| {
+            ServedKind::Booking if !state.bookings_synced() => None,
+            ServedKind::Booking => judge::<Booking>(state, body, |state, info, b, now| {
                 validate_booking(state, info, b, now)
             }),
-            Kind::BookingScheduler => judge::<BookingScheduler>(state, body, |state, _, s, now| {
-                validation::validate_booking_scheduler(&s.spec, &state.policy, now)
-            }),
-            Kind::Resource => judge::<Resource>(state, body, |_, _, r, _| {
+            ServedKind::BookingScheduler => {
+                judge::<BookingScheduler>(state, body, |state, _, s, now| {
+                    validation::validate_booking_scheduler(&s.spec, &state.policy, now)
+                })
+            }
+            ServedKind::Resource => judge::<Resource>(state, body, |_, _, r, _| {
                 validation::validate_resource(&r.spec)
             }),
-            Kind::ResourceMonitor => judge::<ResourceMonitor>(state, body, |_, _, m, _| {
+            ServedKind::ResourceMonitor => judge::<ResourceMonitor>(state, body, |_, _, m, _| {
                 validation::validate_resource_monitor(&m.spec)
             }),
         }
@@ -548,27 +564,15 @@ mod fast {
             api_version: envelope.api_version,
             kind: envelope.kind,
         };
-        let always_allowed = !matches!(req.operation, Operation::Create | Operation::Update)
-            || req.sub_resource.is_some();
-        let (response, verdict) = if always_allowed {
-            (AdmissionResponse::from(&req), Verdict::Allowed)
+        let (response, verdict) = if super::exempt(&req, |old, new| old.spec() == new.spec()) {
+            (AdmissionResponse::from(&req), ReviewResult::Allowed)
         } else {
             // A review without its object is an error the general path words.
             let object = req.object.as_ref()?;
-            let unchanged = req.operation == Operation::Update
-                && (req
-                    .old_object
-                    .as_ref()
-                    .is_some_and(|old| old.spec() == object.spec())
-                    || object.meta().deletion_timestamp.is_some());
-            if unchanged {
-                (AdmissionResponse::from(&req), Verdict::Allowed)
-            } else {
-                answer(
-                    &req,
-                    rules(state, &RequestInfo::of(&req), object, state.now()),
-                )
-            }
+            answer(
+                &req,
+                rules(state, &RequestInfo::of(&req), object, state.now()),
+            )
         };
         Some(Decision {
             review: response.into_review(),
@@ -606,16 +610,19 @@ fn typed<K: DeserializeOwned>(object: &DynamicObject, kind: &str) -> Result<K, I
 fn unavailable(
     req: &AdmissionRequest<DynamicObject>,
     message: &str,
-) -> (AdmissionResponse, Verdict) {
+) -> (AdmissionResponse, ReviewResult) {
     let mut response = AdmissionResponse::from(req);
     response.allowed = false;
     response.result = Status::failure(message, "ServiceUnavailable").with_code(503);
-    (response, Verdict::Error)
+    (response, ReviewResult::Error)
 }
 
-fn error(req: &AdmissionRequest<DynamicObject>, message: &str) -> (AdmissionResponse, Verdict) {
+fn error(
+    req: &AdmissionRequest<DynamicObject>,
+    message: &str,
+) -> (AdmissionResponse, ReviewResult) {
     let mut response = AdmissionResponse::from(req);
     response.allowed = false;
     response.result = Status::failure(message, "BadRequest").with_code(400);
-    (response, Verdict::Error)
+    (response, ReviewResult::Error)
 }

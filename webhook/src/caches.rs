@@ -23,7 +23,8 @@ use kube::{
 };
 use tokio::sync::watch;
 
-use crate::{server::wait_for, state::State};
+use crate::state::State;
+use booking_shared::ops::stopped as wait_for;
 
 /// Applies one watch event of a Booking to the index. `buffer` collects an initial list.
 pub fn apply_booking_event(state: &State, buffer: &mut Vec<IndexedBooking>, event: Event<Booking>) {

@@ -5,7 +5,8 @@
 //!
 //! - [`admission`]: AdmissionReview in, decision out (validate / mutate), never a panic.
 //! - [`caches`]: the watches feeding the overlap index and the Resource cache.
-//! - [`server`]: the HTTPS admission listener and the plain-HTTP admin listener.
+//! - [`server`]: the HTTPS admission listener (the plain-HTTP admin port is
+//!   `booking_shared::ops`, the controller's too).
 //! - [`tls`]: the serving certificate, reloaded when its files change.
 //! - [`metrics`]: Prometheus metrics.
 //! - [`config`]: command-line flags (each also an environment variable).
@@ -51,7 +52,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         policy,
         chrono::Duration::seconds(i64::from(args.policy.reservation_ttl_seconds)),
         Some(resources),
-        Arc::new(chrono::Utc::now),
+        booking_shared::time::system_clock(),
         metrics.clone(),
     ));
 
@@ -91,10 +92,14 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             args.server.limits(),
             shutdown.clone(),
         )),
-        tokio::spawn(server::serve_admin(admin_listener, state, shutdown)),
+        tokio::spawn(booking_shared::ops::serve_admin(
+            admin_listener,
+            state,
+            shutdown,
+        )),
     ];
 
-    shutdown_signal().await;
+    booking_shared::ops::shutdown_signal().await;
     tracing::info!("shutting down: finishing open requests");
     let _ = stop.send(true);
     for task in tasks {
@@ -104,26 +109,4 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     }
     tracing::info!("stopped");
     Ok(())
-}
-
-/// Resolves on SIGTERM (what the kubelet sends) or SIGINT.
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        _ = ctrl_c => {}
-        _ = term => {}
-    }
 }

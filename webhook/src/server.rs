@@ -175,42 +175,6 @@ pub async fn handle_admission(
     Ok(response)
 }
 
-/// Answers one request on the admin port.
-pub async fn handle_admin(
-    req: Request<Incoming>,
-    state: Arc<State>,
-) -> Result<Response<Body>, Infallible> {
-    if req.method() != Method::GET && req.method() != Method::HEAD {
-        return Ok(text(StatusCode::METHOD_NOT_ALLOWED, "use GET\n"));
-    }
-    Ok(match req.uri().path() {
-        "/healthz" => text(StatusCode::OK, "ok\n"),
-        "/readyz" if state.ready() => text(StatusCode::OK, "ok\n"),
-        "/readyz" => text(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "not ready: the booking and Resource caches have not synced yet\n",
-        ),
-        "/metrics" => {
-            state
-                .metrics
-                .indexed_bookings
-                .set(i64::try_from(state.read_index().len()).unwrap_or(i64::MAX));
-            let mut response = text(StatusCode::OK, state.metrics.encode());
-            response.headers_mut().insert(
-                header::CONTENT_TYPE,
-                header::HeaderValue::from_static(
-                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                ),
-            );
-            response
-        }
-        other => text(
-            StatusCode::NOT_FOUND,
-            format!("no such path {other:?}; try /healthz, /readyz or /metrics\n"),
-        ),
-    })
-}
-
 /// Serves admission reviews over TLS on `listener` until `shutdown` turns true, then lets open
 /// connections finish within [`Limits::shutdown_grace`].
 pub async fn serve_admission(
@@ -242,7 +206,7 @@ pub async fn serve_admission(
                     continue;
                 }
             },
-            _ = wait_for(&mut shutdown) => break,
+            _ = booking_shared::ops::stopped(&mut shutdown) => break,
         };
         let acceptor = acceptor.clone();
         let watcher = graceful.watcher();
@@ -277,44 +241,4 @@ pub async fn serve_admission(
     {
         tracing::warn!("connections still open after the shutdown grace period; closing them");
     }
-}
-
-/// Serves the admin endpoints over plain HTTP/1.1 until `shutdown` turns true.
-pub async fn serve_admin(
-    listener: TcpListener,
-    state: Arc<State>,
-    mut shutdown: watch::Receiver<bool>,
-) {
-    let graceful = GracefulShutdown::new();
-    let mut builder = hyper::server::conn::http1::Builder::new();
-    builder
-        .timer(TokioTimer::new())
-        .header_read_timeout(Duration::from_secs(10));
-    loop {
-        let stream = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
-                Err(e) => {
-                    tracing::warn!(error = %e, "admin accept failed");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-            },
-            _ = wait_for(&mut shutdown) => break,
-        };
-        let state = state.clone();
-        let service = hyper::service::service_fn(move |req| handle_admin(req, state.clone()));
-        let conn = builder.serve_connection(TokioIo::new(stream), service);
-        let watched = graceful.watch(conn);
-        tokio::spawn(async move {
-            let _ = watched.await;
-        });
-    }
-    drop(listener);
-    let _ = tokio::time::timeout(Duration::from_secs(5), graceful.shutdown()).await;
-}
-
-/// Resolves once the shutdown flag is true (or its sender is gone).
-pub async fn wait_for(shutdown: &mut watch::Receiver<bool>) {
-    let _ = shutdown.wait_for(|stop| *stop).await;
 }

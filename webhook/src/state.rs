@@ -2,7 +2,7 @@
 //! clock, readiness flags and metrics.
 
 use std::sync::{
-    Arc, RwLock,
+    RwLock,
     atomic::{AtomicBool, Ordering},
 };
 
@@ -12,8 +12,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 
 use crate::metrics::Metrics;
 
-/// The clock, injected so that tests can fix `now`.
-pub type Clock = Arc<dyn Fn() -> DateTime<Utc> + Send + Sync>;
+pub use booking_shared::time::Clock;
 
 /// Shared state of the webhook.
 pub struct State {
@@ -103,5 +102,22 @@ impl State {
     /// Writes the index, see [`State::read_index`].
     pub fn write_index(&self) -> std::sync::RwLockWriteGuard<'_, OverlapIndex> {
         self.index.write().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl booking_shared::ops::Probe for State {
+    fn ready(&self) -> Result<(), String> {
+        if State::ready(self) {
+            Ok(())
+        } else {
+            Err("the booking and Resource caches have not synced yet".to_owned())
+        }
+    }
+
+    fn metrics(&self) -> String {
+        self.metrics
+            .indexed_bookings
+            .set(i64::try_from(self.read_index().len()).unwrap_or(i64::MAX));
+        self.metrics.encode()
     }
 }

@@ -3,7 +3,7 @@
 mod common;
 
 use base64::Engine as _;
-use booking_webhook::admission::{Endpoint, Verdict, admit};
+use booking_webhook::admission::{Endpoint, ReviewResult, admit};
 use common::*;
 use serde_json::{Value, json};
 
@@ -352,7 +352,7 @@ fn malformed_reviews_get_an_error_review_not_a_panic() {
     ] {
         for endpoint in [Endpoint::Validate, Endpoint::Mutate] {
             let d = admit(&state, endpoint, &body);
-            assert_eq!(d.verdict, Verdict::Error, "{what}");
+            assert_eq!(d.verdict, ReviewResult::Error, "{what}");
             let r = response_of(&d.to_json());
             assert_eq!(r["allowed"], false, "{what}");
             assert_eq!(r["status"]["code"], 400, "{what}");
@@ -369,7 +369,7 @@ fn an_unknown_kind_is_an_error_naming_it() {
     let mut req = Req::create(pod);
     req.object["apiVersion"] = json!("core/v1");
     let d = admit(&state, Endpoint::Validate, &req.body());
-    assert_eq!(d.verdict, Verdict::Error);
+    assert_eq!(d.verdict, ReviewResult::Error);
     let r = response_of(&d.to_json());
     assert_eq!(r["uid"], "0f1e2d3c-0000-4000-8000-000000000001");
     assert!(message(&r).contains("\"Pod\""), "{r}");
@@ -382,7 +382,7 @@ fn median_admission_time(state: &booking_webhook::state::State, req: &Req) -> st
             let started = std::time::Instant::now();
             let d = admit(state, Endpoint::Validate, &body);
             let elapsed = started.elapsed();
-            assert_ne!(d.verdict, Verdict::Error);
+            assert_ne!(d.verdict, ReviewResult::Error);
             elapsed
         })
         .collect();

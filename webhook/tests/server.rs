@@ -89,7 +89,11 @@ async fn start(state: Arc<State>, pem: &Pem) -> Running {
         limits(),
         shutdown.clone(),
     ));
-    tokio::spawn(server::serve_admin(admin_listener, state.clone(), shutdown));
+    tokio::spawn(booking_shared::ops::serve_admin(
+        admin_listener,
+        state.clone(),
+        shutdown,
+    ));
     Running {
         addr,
         admin,

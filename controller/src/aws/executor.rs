@@ -15,7 +15,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 
 use super::{AwsError, AwsResult, Ec2Api, RdsApi};
-use crate::model::Kind;
+use crate::model::ProviderType;
 
 /// Most IDs one StartInstances/StopInstances/CreateTags call takes.
 pub const MAX_IDS_PER_CALL: usize = 1000;
@@ -93,10 +93,10 @@ impl Executor {
     }
 
     /// Starts members (EC2 batched; RDS one call each, concurrently).
-    pub async fn start(&self, kind: Kind, region: &str, ids: &[String]) -> Outcomes {
+    pub async fn start(&self, kind: ProviderType, region: &str, ids: &[String]) -> Outcomes {
         match kind {
-            Kind::Ec2 => self.batched(region, BatchOp::Start, ids).await,
-            Kind::Rds => {
+            ProviderType::Ec2 => self.batched(region, BatchOp::Start, ids).await,
+            ProviderType::Rds => {
                 futures::future::join_all(ids.iter().map(|id| async move {
                     (id.clone(), self.rds.start_db_instance(region, id).await)
                 }))
@@ -108,14 +108,14 @@ impl Executor {
     /// Stops members; EC2 with hibernation when `hibernate` (falling back to a plain stop).
     pub async fn stop(
         &self,
-        kind: Kind,
+        kind: ProviderType,
         region: &str,
         ids: &[String],
         hibernate: bool,
     ) -> Outcomes {
         match kind {
-            Kind::Ec2 => self.batched(region, BatchOp::Stop { hibernate }, ids).await,
-            Kind::Rds => {
+            ProviderType::Ec2 => self.batched(region, BatchOp::Stop { hibernate }, ids).await,
+            ProviderType::Rds => {
                 futures::future::join_all(ids.iter().map(|id| async move {
                     (id.clone(), self.rds.stop_db_instance(region, id).await)
                 }))
@@ -128,13 +128,13 @@ impl Executor {
     /// failure; RDS: AddTagsToResource per DB instance).
     pub async fn tag(
         &self,
-        kind: Kind,
+        kind: ProviderType,
         region: &str,
         targets: &[Target],
         tags: &[(String, String)],
     ) -> Outcomes {
         match kind {
-            Kind::Ec2 => {
+            ProviderType::Ec2 => {
                 let mut out = Vec::new();
                 for chunk in targets.chunks(MAX_IDS_PER_CALL) {
                     let ids: Vec<String> = chunk.iter().map(|t| t.id.clone()).collect();
@@ -154,7 +154,7 @@ impl Executor {
                 }
                 out
             }
-            Kind::Rds => {
+            ProviderType::Rds => {
                 futures::future::join_all(targets.iter().map(|t| async move {
                     let r = match &t.arn {
                         Some(arn) => self.rds.add_tags(region, arn, tags).await,
@@ -173,18 +173,18 @@ impl Executor {
     /// Removes tag `keys` from one member.
     pub async fn untag(
         &self,
-        kind: Kind,
+        kind: ProviderType,
         region: &str,
         target: &Target,
         keys: &[String],
     ) -> AwsResult<()> {
         match kind {
-            Kind::Ec2 => {
+            ProviderType::Ec2 => {
                 self.ec2
                     .delete_tags(region, std::slice::from_ref(&target.id), keys)
                     .await
             }
-            Kind::Rds => match &target.arn {
+            ProviderType::Rds => match &target.arn {
                 Some(arn) => self.rds.remove_tags(region, arn, keys).await,
                 None => Err(AwsError::new(
                     "MissingArn",

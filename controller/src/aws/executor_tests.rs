@@ -98,11 +98,17 @@ async fn starts_of_many_groups_are_coalesced_into_batches_of_at_most_1000() {
     for g in 0..250 {
         let exec = exec.clone();
         tasks.push(tokio::spawn(async move {
-            exec.start(Kind::Ec2, "eu-west-1", &ids(&format!("{g:03}x"), 10))
-                .await
+            exec.start(
+                ProviderType::Ec2,
+                "eu-west-1",
+                &ids(&format!("{g:03}x"), 10),
+            )
+            .await
         }));
     }
-    let other = exec.start(Kind::Ec2, "us-east-1", &ids("us", 3)).await;
+    let other = exec
+        .start(ProviderType::Ec2, "us-east-1", &ids("us", 3))
+        .await;
     let mut ok = other.iter().filter(|(_, r)| r.is_ok()).count();
     for t in tasks {
         ok += t.await.unwrap().iter().filter(|(_, r)| r.is_ok()).count();
@@ -123,7 +129,7 @@ async fn one_failing_member_does_not_block_the_others() {
     let ec2 = Arc::new(FakeEc2::default());
     let exec = Executor::new(ec2.clone(), Arc::new(NoRds), Duration::from_millis(10));
     let members = vec!["i-a".to_string(), "i-bad".to_string(), "i-b".to_string()];
-    let out = exec.start(Kind::Ec2, "eu-west-1", &members).await;
+    let out = exec.start(ProviderType::Ec2, "eu-west-1", &members).await;
     let errs: Vec<_> = out
         .iter()
         .filter_map(|(id, r)| r.as_ref().err().map(|e| (id.as_str(), e.code.as_str())))
@@ -140,7 +146,7 @@ async fn hibernation_falls_back_to_a_plain_stop() {
     let exec = Executor::new(ec2.clone(), Arc::new(NoRds), Duration::from_millis(10));
     let out = exec
         .stop(
-            Kind::Ec2,
+            ProviderType::Ec2,
             "eu-west-1",
             &["i-nohib".to_string(), "i-ok".to_string()],
             true,

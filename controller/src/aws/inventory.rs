@@ -18,7 +18,7 @@ use tokio::sync::{Notify, watch};
 
 use super::{AwsResult, Ec2Api, Ec2Filter, MAX_FILTER_VALUES, RdsApi};
 use crate::metrics::Metrics;
-use crate::model::{InventoryKey, Kind, Member};
+use crate::model::{InventoryKey, Member, ProviderType};
 use crate::tags::{Key, TagKeys};
 
 /// The last observation of one (type, region).
@@ -59,7 +59,9 @@ impl Snapshot {
     pub fn groups(&self, keys: &TagKeys) -> BTreeSet<String> {
         self.members
             .iter()
-            .filter(|m| !Kind::Ec2.is_gone(&m.state) && !Kind::Rds.is_gone(&m.state))
+            .filter(|m| {
+                !ProviderType::Ec2.is_gone(&m.state) && !ProviderType::Rds.is_gone(&m.state)
+            })
             .filter_map(|m| m.application(keys).map(str::to_owned))
             .collect()
     }
@@ -179,13 +181,13 @@ impl Inventory {
         let mut token: Option<String> = None;
         loop {
             let (page, next) = match key.kind {
-                Kind::Ec2 => {
+                ProviderType::Ec2 => {
                     let all = Ec2Filter::TagKeys(self.keys.read_forms(Key::Managed));
                     self.ec2
                         .describe_instances(&key.region, filter.unwrap_or(&all), token.take())
                         .await?
                 }
-                Kind::Rds => {
+                ProviderType::Rds => {
                     self.rds
                         .describe_db_instances(&key.region, token.take())
                         .await?
@@ -260,7 +262,7 @@ impl Inventory {
     /// began after it asked returns at once. So 1,000 Resources created together cost a
     /// handful of calls, not 1,000.
     pub async fn refresh_group(&self, key: &InventoryKey, tag: &str) -> AwsResult<()> {
-        if key.kind == Kind::Rds || self.snapshot(key).is_none() {
+        if key.kind == ProviderType::Rds || self.snapshot(key).is_none() {
             return self.refresh(key).await;
         }
         let asked = Utc::now();
@@ -472,7 +474,7 @@ mod tests {
             Metrics::new(),
         );
         let key = InventoryKey {
-            kind: Kind::Ec2,
+            kind: ProviderType::Ec2,
             region: "eu-central-1".into(),
         };
         inv.refresh(&key).await.unwrap();

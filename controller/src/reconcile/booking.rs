@@ -1,78 +1,156 @@
 //! The Booking reconciler: the phase from the clock and arbitration, conditions and Events on
 //! every change, requeue exactly at the next boundary. FINISHED bookings are left alone.
+//!
+//! [`judge`] decides (pure); [`reconcile`] reads the caches, writes what it decided.
 
 use std::sync::Arc;
 
 use booking_shared::api::{Booking, BookingPhase, BookingStatus, Resource};
-use chrono::Utc;
+use booking_shared::arbitration::{BookingView, Verdict, arbitrate};
+use chrono::{DateTime, Utc};
 use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 
-use super::{Context, ns_name, patch_status, view_of};
-use crate::arbitration::arbitrate;
+use super::{ns_name, write_status};
 use crate::conditions::{CondSpec, merge};
+use crate::context::Context;
 use crate::error::Result;
 
-/// Reconciles one Booking.
-#[tracing::instrument(skip_all, fields(namespace, name))]
-pub async fn reconcile(b: Arc<Booking>, ctx: Arc<Context>) -> Result<Action> {
-    ctx.metrics.reconciled("Booking");
-    let (ns, name) = ns_name(b.as_ref())?;
-    tracing::Span::current()
-        .record("namespace", ns.as_str())
-        .record("name", name.as_str());
-    let old = b.status.clone().unwrap_or_default();
-    if old.status == Some(BookingPhase::Finished)
-        && old.observed_generation == b.metadata.generation
-    {
-        return Ok(Action::await_change());
-    }
-    tracing::debug!("waiting for the caches");
-    ctx.caches_ready().await?;
-    let now = Utc::now();
+/// An Event to publish.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventSpec {
+    /// Warning rather than Normal.
+    pub warning: bool,
+    /// PascalCase reason.
+    pub reason: &'static str,
+    /// The action it reports.
+    pub action: &'static str,
+    /// The note.
+    pub message: String,
+}
+
+/// What the reconciler decided for one booking.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Judgement {
+    /// The status to write.
+    pub status: BookingStatus,
+    /// The Events to publish when the status is written.
+    pub events: Vec<EventSpec>,
+    /// When the phase changes next.
+    pub next_boundary: Option<DateTime<Utc>>,
+}
+
+/// The phase, conditions and Events of booking `b` among `others` (the other bookings of its
+/// Resource), at `now`. Pure.
+pub fn judge(
+    b: &Booking,
+    others: &[BookingView],
+    resource_exists: bool,
+    now: DateTime<Utc>,
+) -> Judgement {
+    let name = b.metadata.name.clone().unwrap_or_default();
+    let ns = b.metadata.namespace.clone().unwrap_or_default();
+    let resource = &b.spec.resource_name;
     // The cache may not hold this very version yet: use the object given.
-    let mut views: Vec<_> = ctx
-        .booking_views(&ns, &b.spec.resource_name)
-        .into_iter()
-        .filter(|v| v.name != name)
-        .collect();
-    views.push(view_of(&b));
+    let mut views: Vec<BookingView> = others.iter().filter(|v| v.name != name).cloned().collect();
+    views.push(BookingView::of(b));
     let verdicts = arbitrate(&views, now);
     let verdict = verdicts
-        .iter()
+        .into_iter()
         .find(|v| v.name == name)
-        .cloned()
-        .expect("the booking is among its own resource's bookings");
-    tracing::debug!(phase = ?verdict.phase, next = ?verdict.next_boundary, "judged");
-    let resource_exists = ctx
-        .resources
-        .get(&ObjectRef::<Resource>::new(&b.spec.resource_name).within(&ns))
-        .is_some()
-        // The cache may lag behind the Resource's creation that triggered this reconcile.
-        || Api::<Resource>::namespaced(ctx.client.clone(), &ns)
-            .get_opt(&b.spec.resource_name)
-            .await?
-            .is_some();
+        .unwrap_or_else(|| Verdict {
+            name: name.clone(),
+            phase: None,
+            conflicts_with: None,
+            invalid: Some("no slot".into()),
+            next_boundary: None,
+        });
+    let (ready, reason, message) = ready_condition(&verdict, &name, &ns, resource, resource_exists);
+    let conds = [
+        CondSpec::new("Ready", ready, reason, &message),
+        conflict_condition(&verdict),
+        resource_condition(&ns, resource, resource_exists),
+    ];
+    let old = b.status.clone().unwrap_or_default();
+    let status = BookingStatus {
+        status: verdict.phase,
+        // The notification reconciler owns its own condition type and fields; keep them.
+        conditions: merge(&old.conditions, &conds, b.metadata.generation, now)
+            .into_iter()
+            .chain(
+                old.conditions
+                    .iter()
+                    .filter(|c| c.type_ == super::notification::CONDITION)
+                    .cloned(),
+            )
+            .collect(),
+        observed_generation: b.metadata.generation,
+        ..old.clone()
+    };
+    let mut events = Vec::new();
+    // Every change of phase is an Event, except a new booking's first phase SCHEDULED: that is
+    // the common case, its status says so, and thousands of bookings created together (a GitOps
+    // sync, a scheduler's history) would each cost an Event write.
+    let first_scheduled =
+        old.observed_generation.is_none() && status.status == Some(BookingPhase::Scheduled);
+    if old.status != status.status && !first_scheduled {
+        let (warning, reason) = match status.status {
+            Some(BookingPhase::Conflict) => (true, "Conflict"),
+            Some(BookingPhase::InProgress) => (false, "Started"),
+            Some(BookingPhase::Finished) => (false, "Finished"),
+            Some(BookingPhase::Scheduled) => (false, "Scheduled"),
+            None => (true, "InvalidSpec"),
+        };
+        events.push(EventSpec {
+            warning,
+            reason,
+            action: "Phase",
+            message: message.clone(),
+        });
+    }
+    if !resource_exists
+        && old
+            .conditions
+            .iter()
+            .all(|c| c.reason != "ResourceNotFound")
+    {
+        events.push(EventSpec {
+            warning: true,
+            reason: "ResourceNotFound",
+            action: "Lookup",
+            message: format!("Resource {resource} does not exist in namespace {ns}"),
+        });
+    }
+    Judgement {
+        status,
+        events,
+        next_boundary: verdict.next_boundary,
+    }
+}
 
-    let mut conds = Vec::new();
-    let (ready, reason, message) = match (&verdict.invalid, verdict.phase) {
+fn ready_condition(
+    verdict: &Verdict,
+    name: &str,
+    ns: &str,
+    resource: &str,
+    resource_exists: bool,
+) -> (bool, &'static str, String) {
+    match (&verdict.invalid, verdict.phase) {
         (Some(why), _) => (false, "InvalidSpec", why.clone()),
         (None, Some(BookingPhase::Conflict)) => (
             false,
             "Conflict",
             format!(
-                "overlaps booking {} of the same resource, created earlier, which holds {} instead",
+                "overlaps booking {} of the same resource, created earlier, which holds {resource} instead",
                 verdict.conflicts_with.as_deref().unwrap_or("?"),
-                b.spec.resource_name
             ),
         ),
         (None, Some(BookingPhase::InProgress)) if !resource_exists => (
             false,
             "ResourceNotFound",
             format!(
-                "Resource {} does not exist in namespace {ns}; the booking proceeds when it appears",
-                b.spec.resource_name
+                "Resource {resource} does not exist in namespace {ns}; the booking proceeds when it appears"
             ),
         ),
         (None, Some(phase)) => (
@@ -82,12 +160,14 @@ pub async fn reconcile(b: Arc<Booking>, ctx: Arc<Context>) -> Result<Action> {
                 BookingPhase::InProgress => "InProgress",
                 _ => "Finished",
             },
-            format!("{} is {}", name, phase),
+            format!("{name} is {phase}"),
         ),
         (None, None) => (false, "InvalidSpec", "no slot".to_owned()),
-    };
-    conds.push(CondSpec::new("Ready", ready, reason, &message));
-    conds.push(match &verdict.conflicts_with {
+    }
+}
+
+fn conflict_condition(verdict: &Verdict) -> CondSpec {
+    match &verdict.conflicts_with {
         Some(w) => CondSpec::new(
             "Conflict",
             true,
@@ -100,93 +180,232 @@ pub async fn reconcile(b: Arc<Booking>, ctx: Arc<Context>) -> Result<Action> {
             "NoOverlap",
             "no earlier booking of the resource overlaps this one",
         ),
-    });
-    conds.push(if resource_exists {
+    }
+}
+
+fn resource_condition(ns: &str, resource: &str, exists: bool) -> CondSpec {
+    if exists {
         CondSpec::new(
             "ResourceFound",
             true,
             "Found",
-            &format!("Resource {} exists", b.spec.resource_name),
+            &format!("Resource {resource} exists"),
         )
     } else {
         CondSpec::new(
             "ResourceFound",
             false,
             "ResourceNotFound",
-            &format!(
-                "Resource {} does not exist in namespace {ns}",
-                b.spec.resource_name
-            ),
+            &format!("Resource {resource} does not exist in namespace {ns}"),
         )
-    });
+    }
+}
 
-    let status = BookingStatus {
-        status: verdict.phase,
-        notification_sent: old.notification_sent,
-        notifications_sent: old.notifications_sent.clone(),
-        // The notification reconciler owns its own condition type; keep it as it wrote it.
-        conditions: merge(&old.conditions, &conds, b.metadata.generation, now)
-            .into_iter()
-            .chain(
-                old.conditions
-                    .iter()
-                    .filter(|c| c.type_ == super::notification::CONDITION)
-                    .cloned(),
-            )
-            .collect(),
-        observed_generation: b.metadata.generation,
-    };
-    if b.status.as_ref() != Some(&status) {
-        let api: Api<Booking> = Api::namespaced(ctx.client.clone(), &ns);
-        // Notification bookkeeping belongs to the notification reconciler: never write it
-        // back from this (possibly older) read.
-        let mut body = serde_json::to_value(&status)
-            .map_err(|e| crate::error::Error::Malformed(e.to_string()))?;
-        if let Some(map) = body.as_object_mut() {
-            map.remove("notification_sent");
-            map.remove("notificationsSent");
-        }
-        patch_status(&api, &name, &body, &["status"]).await?;
-        tracing::debug!(phase = ?status.status, "status written");
-        // Every change of phase is an Event, except a new booking's first phase SCHEDULED:
-        // that is the common case, its status says so, and thousands of bookings created
-        // together (a GitOps sync, a scheduler's history) would each cost an Event write and
-        // a place in the event recorder's cache.
-        let first_scheduled =
-            old.observed_generation.is_none() && status.status == Some(BookingPhase::Scheduled);
-        if old.status != status.status && !first_scheduled {
-            let (warning, ev_reason) = match status.status {
-                Some(BookingPhase::Conflict) => (true, "Conflict"),
-                Some(BookingPhase::InProgress) => (false, "Started"),
-                Some(BookingPhase::Finished) => (false, "Finished"),
-                Some(BookingPhase::Scheduled) => (false, "Scheduled"),
-                None => (true, "InvalidSpec"),
-            };
-            ctx.event(b.as_ref(), warning, ev_reason, "Phase", message.clone())
+/// Reconciles one Booking.
+#[tracing::instrument(skip_all, fields(namespace, name))]
+pub async fn reconcile(b: Arc<Booking>, ctx: Arc<Context>) -> Result<Action> {
+    let (ns, _) = ns_name(b.as_ref())?;
+    let old = b.status.clone().unwrap_or_default();
+    if old.status == Some(BookingPhase::Finished)
+        && old.observed_generation == b.metadata.generation
+    {
+        return Ok(Action::await_change());
+    }
+    tracing::debug!("waiting for the caches");
+    ctx.caches_ready().await;
+    let resource = &b.spec.resource_name;
+    let resource_exists = ctx
+        .caches
+        .resources
+        .get(&ObjectRef::<Resource>::new(resource).within(&ns))
+        .is_some()
+        // The cache may lag behind the Resource's creation that triggered this reconcile.
+        || Api::<Resource>::namespaced(ctx.client.clone(), &ns)
+            .get_opt(resource)
+            .await?
+            .is_some();
+    let others = ctx
+        .caches
+        .index
+        .views_of(&ObjectRef::new(resource).within(&ns));
+    let judgement = judge(&b, &others, resource_exists, ctx.now());
+    tracing::debug!(phase = ?judgement.status.status, next = ?judgement.next_boundary, "judged");
+    if write_status(&ctx, b.as_ref(), &judgement.status, None).await? {
+        tracing::debug!(phase = ?judgement.status.status, "status written");
+        for e in judgement.events {
+            ctx.events
+                .publish(b.as_ref(), e.warning, e.reason, e.action, e.message)
                 .await;
         }
-        if !resource_exists
-            && old
+    }
+    Ok(match judgement.next_boundary {
+        Some(at) => Action::requeue(ctx.until(at)),
+        None => Action::await_change(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use booking_shared::api::BookingSpec;
+    use booking_shared::time::parse_rfc3339;
+
+    fn at(s: &str) -> DateTime<Utc> {
+        parse_rfc3339("t", s).unwrap()
+    }
+
+    fn booking(name: &str, created: &str, start: &str, end: &str) -> Booking {
+        let mut b = Booking::new(
+            name,
+            BookingSpec {
+                resource_name: "ec2.x".into(),
+                start_at: start.into(),
+                end_at: end.into(),
+                user_id: "ann".into(),
+                notifications: vec![],
+            },
+        );
+        b.metadata.namespace = Some("team".into());
+        b.metadata.generation = Some(1);
+        b.metadata.creation_timestamp = Some(crate::conditions::k8s_time(at(created)));
+        b
+    }
+
+    fn reasons(j: &Judgement) -> Vec<&str> {
+        j.events.iter().map(|e| e.reason).collect()
+    }
+
+    #[test]
+    fn phases_conditions_and_events_at_a_fixed_instant() {
+        let early = booking(
+            "early",
+            "2031-01-01T00:00:00Z",
+            "2031-01-10T10:00:00Z",
+            "2031-01-10T12:00:00Z",
+        );
+        let late = booking(
+            "late",
+            "2031-01-02T00:00:00Z",
+            "2031-01-10T11:00:00Z",
+            "2031-01-10T13:00:00Z",
+        );
+        let views = [BookingView::of(&early), BookingView::of(&late)];
+        struct Case {
+            what: &'static str,
+            b: Booking,
+            exists: bool,
+            now: &'static str,
+            phase: Option<BookingPhase>,
+            ready: &'static str,
+            events: Vec<&'static str>,
+            next: Option<&'static str>,
+        }
+        let cases = [
+            Case {
+                what: "new and ahead: SCHEDULED without an Event",
+                b: early.clone(),
+                exists: true,
+                now: "2031-01-10T09:00:00Z",
+                phase: Some(BookingPhase::Scheduled),
+                ready: "Scheduled",
+                events: vec![],
+                next: Some("2031-01-10T10:00:00Z"),
+            },
+            Case {
+                what: "new and running: an Event",
+                b: early.clone(),
+                exists: true,
+                now: "2031-01-10T10:30:00Z",
+                phase: Some(BookingPhase::InProgress),
+                ready: "InProgress",
+                events: vec!["Started"],
+                next: Some("2031-01-10T12:00:00Z"),
+            },
+            Case {
+                what: "the later overlapping booking loses",
+                b: late.clone(),
+                exists: true,
+                now: "2031-01-10T11:30:00Z",
+                phase: Some(BookingPhase::Conflict),
+                ready: "Conflict",
+                events: vec!["Conflict"],
+                next: Some("2031-01-10T13:00:00Z"),
+            },
+            Case {
+                what: "a missing Resource is reported once",
+                b: early.clone(),
+                exists: false,
+                now: "2031-01-10T10:30:00Z",
+                phase: Some(BookingPhase::InProgress),
+                ready: "ResourceNotFound",
+                events: vec!["Started", "ResourceNotFound"],
+                next: Some("2031-01-10T12:00:00Z"),
+            },
+            Case {
+                what: "finished",
+                b: early.clone(),
+                exists: true,
+                now: "2031-01-10T12:00:00Z",
+                phase: Some(BookingPhase::Finished),
+                ready: "Finished",
+                events: vec!["Finished"],
+                next: None,
+            },
+        ];
+        for c in cases {
+            let j = judge(&c.b, &views, c.exists, at(c.now));
+            assert_eq!(j.status.status, c.phase, "{}", c.what);
+            let ready = j
+                .status
                 .conditions
                 .iter()
-                .all(|c| c.reason != "ResourceNotFound")
-        {
-            ctx.event(
-                b.as_ref(),
-                true,
-                "ResourceNotFound",
-                "Lookup",
-                format!(
-                    "Resource {} does not exist in namespace {ns}",
-                    b.spec.resource_name
-                ),
-            )
-            .await;
+                .find(|x| x.type_ == "Ready")
+                .unwrap();
+            assert_eq!(ready.reason, c.ready, "{}", c.what);
+            assert_eq!(reasons(&j), c.events, "{}", c.what);
+            assert_eq!(j.next_boundary, c.next.map(at), "{}", c.what);
         }
     }
 
-    Ok(match verdict.next_boundary {
-        Some(at) => Action::requeue((at - Utc::now()).to_std().unwrap_or_default()),
-        None => Action::await_change(),
-    })
+    #[test]
+    fn the_notification_fields_and_condition_are_kept_as_they_are() {
+        let mut b = booking(
+            "b",
+            "2031-01-01T00:00:00Z",
+            "2031-01-10T10:00:00Z",
+            "2031-01-10T12:00:00Z",
+        );
+        let mut old = BookingStatus {
+            notifications_sent: vec!["0:email:ann@example.com".into()],
+            notification_sent: true,
+            ..Default::default()
+        };
+        old.conditions = crate::conditions::merge(
+            &[],
+            &[CondSpec::new(
+                super::super::notification::CONDITION,
+                true,
+                "SendFailed",
+                "x",
+            )],
+            Some(1),
+            at("2031-01-10T09:00:00Z"),
+        );
+        b.status = Some(old.clone());
+        let j = judge(&b, &[], true, at("2031-01-10T10:30:00Z"));
+        assert_eq!(j.status.notifications_sent, old.notifications_sent);
+        assert!(j.status.notification_sent);
+        assert!(
+            j.status
+                .conditions
+                .iter()
+                .any(|c| c.type_ == super::super::notification::CONDITION)
+        );
+        // A status already as judged is judged again the same: nothing to write.
+        let mut again = b.clone();
+        again.status = Some(j.status.clone());
+        let k = judge(&again, &[], true, at("2031-01-10T10:31:00Z"));
+        assert_eq!(k.status, j.status);
+        assert!(k.events.is_empty());
+    }
 }

@@ -1,5 +1,12 @@
-//! The reconcilers (Resource, Booking, ResourceMonitor) and what they share: the [`Context`]
-//! built once in `main`, status patches and Events.
+//! The five reconcilers, one shape: `reconcile(obj, ctx) -> Result<Action, Error>` over a pure
+//! decision, run by [`drive`] (counted, timed, retried with per-object exponential backoff), and
+//! writing status through the one status writer [`write_status`].
+//!
+//! - [`resource`]: a Resource's group of instances against its bookings (start, stop, lock tags).
+//! - [`booking`]: a Booking's phase and conditions.
+//! - [`monitor`]: a ResourceMonitor's Resources, one per tag group.
+//! - [`scheduler`]: a BookingScheduler's bookings, one per fire time.
+//! - [`notification`]: a Booking's notifications, each sent at most once.
 
 pub mod booking;
 pub mod monitor;
@@ -7,157 +14,76 @@ pub mod notification;
 pub mod resource;
 pub mod scheduler;
 
-use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Instant;
 
-use booking_shared::api::{Booking, Resource};
-use chrono::{DateTime, Utc};
-use kube::ResourceExt;
-use kube::api::{Api, Patch, PatchParams, PostParams};
-use kube::runtime::events::{Event, EventType, Recorder};
-use kube::runtime::reflector::{ObjectRef, Store};
+use booking_shared::api::{Booking, BookingScheduler, Resource, ResourceMonitor};
+use futures::StreamExt;
+use kube::api::{Api, Patch};
+use kube::runtime::controller::{Action, Controller};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use serde_json::Value;
 
-use crate::arbitration::BookingView;
-use crate::aws::executor::Executor;
-use crate::aws::inventory::Inventory;
+use crate::context::{Context, patch_params};
 use crate::error::{Error, Result};
-use crate::fanout::Synced;
-use crate::index::BookingIndex;
-use crate::metrics::Metrics;
-use crate::plan::{Attempt, Backoff};
-use crate::tags::TagKeys;
 
-/// The field manager of every write of the controller, so that `managedFields` (and Argo CD's
-/// diff) tell its writes apart from any other client's.
-pub const FIELD_MANAGER: &str = "booking-controller";
-
-/// Parameters of the controller's patches: its field manager.
-pub fn patch_params() -> PatchParams {
-    PatchParams {
-        field_manager: Some(FIELD_MANAGER.to_owned()),
-        ..PatchParams::default()
-    }
-}
-
-/// Parameters of the controller's creates and replaces: its field manager.
-pub fn post_params() -> PostParams {
-    PostParams {
-        field_manager: Some(FIELD_MANAGER.to_owned()),
-        ..PostParams::default()
-    }
-}
-
-/// Everything the reconcilers use, built once in `main`.
-pub struct Context {
-    /// Kubernetes client.
-    pub client: kube::Client,
-    /// Shared AWS inventories.
-    pub inventory: Arc<Inventory>,
-    /// AWS actions.
-    pub executor: Arc<Executor>,
-    /// Tag keys.
-    pub keys: TagKeys,
-    /// Region of Resources without `spec.region`.
-    pub default_region: String,
-    /// The Bookings of each Resource, kept beside the Booking cache that the Booking and
-    /// notification controllers share.
-    pub index: Arc<BookingIndex>,
-    /// All Resources in scope (the Resource controller's cache).
-    pub resources: Store<Resource>,
-    /// Whether `resources` holds its first full list.
-    pub resources_synced: Arc<Synced>,
-    /// Last action per member ID.
-    pub attempts: Mutex<BTreeMap<String, Attempt>>,
-    /// Last targeted refresh per Resource (`ns/name`), to bound them.
-    pub targeted: Mutex<BTreeMap<String, DateTime<Utc>>>,
-    /// Minimum time between two targeted refreshes of one Resource.
-    pub targeted_min_interval: chrono::Duration,
-    /// Retry policy of failed members.
-    pub backoff: Backoff,
-    /// Metrics.
-    pub metrics: Metrics,
-    /// Event recorder.
-    pub recorder: Recorder,
-    /// Bounds the Kubernetes API writes (status patches, Events) of reconciles that are not
-    /// bounded themselves (Resources), so that 1,000 Resources acting together open tens of
-    /// connections to the API server, not 1,000.
-    pub api_writes: tokio::sync::Semaphore,
-}
-
-impl Context {
-    /// Waits for a turn to write to the Kubernetes API; see [`Context::api_writes`].
-    pub async fn api_write_permit(&self) -> Option<tokio::sync::SemaphorePermit<'_>> {
-        // The semaphore is never closed; a closed one would only lift the bound.
-        self.api_writes.acquire().await.ok()
-    }
-
-    /// Waits until the Booking and Resource caches (and the index of bookings) hold their
-    /// first full list: until then an empty cache would read as "no bookings" and stop a group
-    /// that is booked. Returns at once afterwards.
-    pub async fn caches_ready(&self) -> Result<()> {
-        self.index.wait_ready().await;
-        self.resources_synced.wait().await;
-        Ok(())
-    }
-
-    /// The views of the Bookings of Resource `name` in `namespace`, for arbitration.
-    pub fn booking_views(&self, namespace: &str, name: &str) -> Vec<BookingView> {
-        self.index.views_of(&ObjectRef::new(name).within(namespace))
-    }
-
-    /// Publishes an Event about `obj`; a failure to publish is logged (the action it reports
-    /// already happened and its outcome is in the status).
-    pub async fn event<K>(&self, obj: &K, warning: bool, reason: &str, action: &str, note: String)
-    where
-        K: kube::Resource<DynamicType = ()>,
-    {
-        let ev = Event {
-            type_: if warning {
-                EventType::Warning
-            } else {
-                EventType::Normal
+/// Runs `controller` with `reconcile` until `shutdown` resolves. Every reconcile is counted and
+/// timed under `kind` (the metric label); a failed one is counted by its error's label and
+/// retried after the context's backoff for that object (1 s doubling to 5 min), which a success
+/// resets.
+pub async fn drive<K, F, Fut>(
+    kind: &'static str,
+    controller: Controller<K>,
+    reconcile: F,
+    ctx: Arc<Context>,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) where
+    K: kube::Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
+    K: Send + Sync + 'static,
+    F: Fn(Arc<K>, Arc<Context>) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<Action>> + Send + 'static,
+{
+    let reconcile = Arc::new(reconcile);
+    controller
+        .graceful_shutdown_on(shutdown)
+        .run(
+            move |obj: Arc<K>, ctx: Arc<Context>| {
+                let reconcile = reconcile.clone();
+                async move {
+                    let began = Instant::now();
+                    let key = retry_key(kind, obj.as_ref());
+                    let result = reconcile(obj, ctx.clone()).await;
+                    ctx.metrics.reconciled(kind, began.elapsed().as_secs_f64());
+                    if result.is_ok() {
+                        ctx.reconciled_ok(&key);
+                    }
+                    result
+                }
             },
-            reason: reason.to_owned(),
-            note: Some(truncate(note, 1000)),
-            action: action.to_owned(),
-            secondary: None,
-        };
-        let _turn = self.api_write_permit().await;
-        if let Err(e) = self.recorder.publish(&ev, &obj.object_ref(&())).await {
-            tracing::warn!(error = %e, reason, "could not publish event");
-        }
-    }
+            move |obj: Arc<K>, err: &Error, ctx: Arc<Context>| {
+                let delay = ctx.retry_after_failure(&retry_key(kind, obj.as_ref()));
+                tracing::warn!(kind, error = %err, retry_in = ?delay, "reconcile failed; retrying");
+                ctx.metrics.failed(kind, err.metric_label());
+                Action::requeue(delay)
+            },
+            ctx,
+        )
+        .for_each(|_| async {})
+        .await;
 }
 
-fn truncate(mut s: String, max: usize) -> String {
-    if s.len() > max {
-        let mut cut = max;
-        while !s.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        s.truncate(cut);
-    }
-    s
-}
-
-/// The arbitration view of a Booking object.
-pub fn view_of(b: &Booking) -> BookingView {
-    let created = b
-        .metadata
-        .creation_timestamp
-        .as_ref()
-        .map(crate::conditions::chrono_time);
-    BookingView::new(
-        &b.name_any(),
-        created,
-        &b.spec,
-        b.metadata.deletion_timestamp.is_some(),
+fn retry_key<K: kube::Resource>(kind: &str, obj: &K) -> String {
+    let meta = obj.meta();
+    format!(
+        "{kind}/{}/{}",
+        meta.namespace.as_deref().unwrap_or_default(),
+        meta.name.as_deref().unwrap_or_default()
     )
 }
 
-/// Namespace and name of a namespaced object.
+/// Namespace and name of a namespaced object, recorded on the current tracing span.
 pub fn ns_name<K: kube::Resource>(obj: &K) -> Result<(String, String)> {
     let ns = obj
         .meta()
@@ -169,31 +95,198 @@ pub fn ns_name<K: kube::Resource>(obj: &K) -> Result<(String, String)> {
         .name
         .clone()
         .ok_or_else(|| Error::Malformed("object has no name".into()))?;
+    tracing::Span::current()
+        .record("namespace", ns.as_str())
+        .record("name", name.as_str());
     Ok((ns, name))
 }
 
-/// Writes `status` with a JSON merge patch on the status subresource (never the spec). Fields in
-/// `clearable` that are absent from the serialized status are sent as `null` so that they are
-/// removed.
-pub async fn patch_status<K, S>(
-    api: &Api<K>,
-    name: &str,
-    status: &S,
-    clearable: &[&str],
-) -> Result<()>
-where
-    K: kube::Resource + Clone + DeserializeOwned + std::fmt::Debug,
-    S: Serialize,
+/// A kind with a status subresource the controller writes.
+pub trait HasStatus:
+    kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+    + Clone
+    + DeserializeOwned
+    + std::fmt::Debug
 {
-    let mut value = serde_json::to_value(status).map_err(|e| Error::Malformed(e.to_string()))?;
-    if let Some(map) = value.as_object_mut() {
-        for key in clearable {
-            map.entry(key.to_string())
-                .or_insert(serde_json::Value::Null);
+    /// The status type.
+    type Status: Serialize + Default + PartialEq;
+    /// The object's status, if any.
+    fn status(&self) -> Option<&Self::Status>;
+}
+
+macro_rules! has_status {
+    ($($kind:ty => $status:ty),* $(,)?) => {$(
+        impl HasStatus for $kind {
+            type Status = $status;
+            fn status(&self) -> Option<&$status> {
+                self.status.as_ref()
+            }
         }
+    )*};
+}
+
+has_status!(
+    Resource => booking_shared::api::ResourceStatus,
+    Booking => booking_shared::api::BookingStatus,
+    ResourceMonitor => booking_shared::api::ResourceMonitorStatus,
+    BookingScheduler => booking_shared::api::BookingSchedulerStatus,
+);
+
+/// The one status writer: brings `obj`'s status from what the object holds to `new`, with a
+/// JSON merge patch of the status subresource (never the spec) computed from the two typed
+/// values. Only what changed is sent; a field `new` leaves out is sent as `null` and so removed.
+/// With `guard`, the patch carries that resourceVersion and fails with a conflict when the
+/// object changed since. Returns whether anything was written.
+pub async fn write_status<K: HasStatus>(
+    ctx: &Context,
+    obj: &K,
+    new: &K::Status,
+    guard: Option<&str>,
+) -> Result<bool> {
+    let Some(patch) = status_patch(obj, new, guard)? else {
+        return Ok(false);
+    };
+    let _turn = ctx.api_write_permit().await;
+    send_status_patch(&ctx.client, obj, &patch).await?;
+    Ok(true)
+}
+
+/// [`write_status`] with `client`, outside a reconcile (no API-write bound, no guard).
+pub async fn write_status_with<K: HasStatus>(
+    client: &kube::Client,
+    obj: &K,
+    new: &K::Status,
+) -> Result<bool> {
+    let Some(patch) = status_patch(obj, new, None)? else {
+        return Ok(false);
+    };
+    send_status_patch(client, obj, &patch).await?;
+    Ok(true)
+}
+
+/// The merge patch taking `obj`'s status to `new`; `None` when nothing changes (and no guard
+/// is asked for).
+fn status_patch<K: HasStatus>(
+    obj: &K,
+    new: &K::Status,
+    guard: Option<&str>,
+) -> Result<Option<Value>> {
+    let default = K::Status::default();
+    let old = obj.status().unwrap_or(&default);
+    let changes = merge_patch(&serde_json::to_value(old)?, &serde_json::to_value(new)?);
+    let unchanged = changes.as_object().is_none_or(|m| m.is_empty());
+    if unchanged && guard.is_none() {
+        return Ok(None);
     }
-    let patch = serde_json::json!({ "status": value });
-    api.patch_status(name, &patch_params(), &Patch::Merge(&patch))
+    let mut patch = serde_json::json!({ "status": if changes.is_object() { changes } else { Value::Object(Default::default()) } });
+    if let Some(version) = guard {
+        patch["metadata"] = serde_json::json!({ "resourceVersion": version });
+    }
+    Ok(Some(patch))
+}
+
+async fn send_status_patch<K: HasStatus>(
+    client: &kube::Client,
+    obj: &K,
+    patch: &Value,
+) -> Result<()> {
+    let meta = obj.meta();
+    let (Some(ns), Some(name)) = (meta.namespace.as_deref(), meta.name.as_deref()) else {
+        return Err(Error::Malformed("object has no namespace or name".into()));
+    };
+    Api::<K>::namespaced(client.clone(), ns)
+        .patch_status(name, &patch_params(), &Patch::Merge(patch))
         .await?;
     Ok(())
+}
+
+/// The JSON merge patch (RFC 7386) taking `old` to `new`: changed members, `null` for removed
+/// ones, objects recursively, anything else (arrays included) replaced whole.
+fn merge_patch(old: &Value, new: &Value) -> Value {
+    match (old, new) {
+        (Value::Object(o), Value::Object(n)) => {
+            let mut out = serde_json::Map::new();
+            for (k, v) in n {
+                match o.get(k) {
+                    Some(ov) if ov == v => {}
+                    Some(ov @ Value::Object(_)) if v.is_object() => {
+                        out.insert(k.clone(), merge_patch(ov, v));
+                    }
+                    _ => {
+                        out.insert(k.clone(), v.clone());
+                    }
+                }
+            }
+            for k in o.keys().filter(|k| !n.contains_key(*k)) {
+                out.insert(k.clone(), Value::Null);
+            }
+            Value::Object(out)
+        }
+        _ => new.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::merge_patch;
+    use booking_shared::api::{BookingPhase, BookingStatus, ResourceState, ResourceStatus};
+    use serde_json::json;
+
+    fn patch<S: serde::Serialize>(old: &S, new: &S) -> serde_json::Value {
+        merge_patch(
+            &serde_json::to_value(old).unwrap(),
+            &serde_json::to_value(new).unwrap(),
+        )
+    }
+
+    #[test]
+    fn a_typed_status_change_sends_what_changed_and_clears_what_went() {
+        let old = ResourceStatus {
+            status: Some(ResourceState::Running),
+            locked_by: Some("ann".into()),
+            locked_until: Some("2031-01-10T11:00:00Z".into()),
+            active_booking: Some("b1".into()),
+            instances: 2,
+            running: 2,
+            ..Default::default()
+        };
+        let new = ResourceStatus {
+            status: Some(ResourceState::Stopped),
+            instances: 2,
+            ..Default::default()
+        };
+        // Every field that the new status leaves out is cleared, by its serde name, whatever
+        // it is renamed to; unchanged fields are not sent.
+        let p = patch(&old, &new);
+        let cleared: Vec<&str> = p
+            .as_object()
+            .unwrap()
+            .iter()
+            .filter(|(_, v)| v.is_null())
+            .map(|(k, _)| k.as_str())
+            .collect();
+        assert_eq!(cleared.len(), 3, "{p}");
+        assert!(p.get("instances").is_none(), "{p}");
+        assert_eq!(p["status"], json!("STOPPED"));
+        assert_eq!(p["running"], json!(0));
+        // Applying the patch gives the new status.
+        let mut applied = serde_json::to_value(&old).unwrap();
+        json_patch::merge(&mut applied, &p);
+        assert_eq!(applied, serde_json::to_value(&new).unwrap());
+    }
+
+    #[test]
+    fn fields_copied_from_the_old_status_are_not_written() {
+        let old = BookingStatus {
+            status: Some(BookingPhase::Scheduled),
+            notifications_sent: vec!["0:email:ann@example.com".into()],
+            ..Default::default()
+        };
+        let new = BookingStatus {
+            status: Some(BookingPhase::InProgress),
+            ..old.clone()
+        };
+        assert_eq!(patch(&old, &new), json!({"status": "IN PROGRESS"}));
+        assert_eq!(patch(&new, &new), json!({}));
+    }
 }

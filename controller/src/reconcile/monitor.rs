@@ -2,21 +2,28 @@
 //! outside the default region) for each tag group the inventory shows and no Resource
 //! represents yet; optionally prunes the Resources it created whose group disappeared — only on
 //! the strength of complete listings.
+//!
+//! [`scan`] reads the inventories; [`decide`] (pure) turns the scan and the existing Resources
+//! into creations, deletions and the status; [`reconcile`] does them.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use booking_shared::api::{Resource, ResourceMonitor, ResourceMonitorStatus, ResourceSpec};
+use booking_shared::api::{
+    ProviderType, Resource, ResourceMonitor, ResourceMonitorStatus, ResourceSpec,
+    unsupported_type_message,
+};
 use booking_shared::time::format_rfc3339;
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ObjectMeta};
 use kube::runtime::controller::Action;
 
-use super::{Context, ns_name, patch_status};
+use super::{ns_name, write_status};
 use crate::conditions::{CondSpec, merge};
+use crate::context::{Context, post_params};
 use crate::error::Result;
-use crate::model::{InventoryKey, Kind};
+use crate::model::InventoryKey;
 
 /// Label naming the monitor that created a Resource.
 pub const MONITOR_LABEL: &str = "manager.kotaico.de/monitor";
@@ -27,11 +34,16 @@ pub const CREATED_BY: &str = "booking-controller";
 
 /// The Resource name of a group: `<type>.<tag>`, with `.<region>` outside the default region;
 /// `None` when the tag cannot form a Kubernetes object name (RFC 1123 subdomain).
-pub fn resource_name(kind: Kind, tag: &str, region: &str, default_region: &str) -> Option<String> {
+pub fn resource_name(
+    provider: ProviderType,
+    tag: &str,
+    region: &str,
+    default_region: &str,
+) -> Option<String> {
     let name = if region == default_region {
-        format!("{}.{}", kind, tag)
+        format!("{provider}.{tag}")
     } else {
-        format!("{}.{}.{}", kind, tag, region)
+        format!("{provider}.{tag}.{region}")
     };
     let valid = name.len() <= 253
         && name.split('.').all(|part| {
@@ -45,169 +57,73 @@ pub fn resource_name(kind: Kind, tag: &str, region: &str, default_region: &str) 
     valid.then_some(name)
 }
 
-/// Reconciles one ResourceMonitor.
-#[tracing::instrument(skip_all, fields(namespace, name))]
-pub async fn reconcile(m: Arc<ResourceMonitor>, ctx: Arc<Context>) -> Result<Action> {
-    ctx.metrics.reconciled("ResourceMonitor");
-    let (ns, name) = ns_name(m.as_ref())?;
-    tracing::Span::current()
-        .record("namespace", ns.as_str())
-        .record("name", name.as_str());
-    let api: Api<ResourceMonitor> = Api::namespaced(ctx.client.clone(), &ns);
-    let old = m.status.clone().unwrap_or_default();
-    let now = Utc::now();
-    let Some(kind) = Kind::parse(&m.spec.type_) else {
-        let status = ResourceMonitorStatus {
-            conditions: merge(
-                &old.conditions,
-                &[CondSpec::new(
-                    "Ready",
-                    false,
-                    "InvalidSpec",
-                    &format!(
-                        "spec.type {:?} is not supported; use ec2 or rds",
-                        m.spec.type_
-                    ),
-                )],
-                m.metadata.generation,
-                now,
-            ),
-            observed_generation: m.metadata.generation,
-            ..old.clone()
-        };
-        if m.status.as_ref() != Some(&status) {
-            patch_status(&api, &name, &status, &[]).await?;
-        }
-        return Ok(Action::await_change());
-    };
+/// What the inventories show of the monitor's regions.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Scan {
+    /// The tag groups seen, per region.
+    pub groups: Vec<(String, Vec<String>)>,
+    /// Whether every region's last listing completed.
+    pub complete: bool,
+    /// Problems of the listings, one per region.
+    pub problems: Vec<String>,
+    /// When the oldest of the listings began.
+    pub oldest: Option<DateTime<Utc>>,
+}
+
+/// What the monitor does.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decision {
+    /// `(name, tag, region)` of the Resources to create.
+    pub create: Vec<(String, String, String)>,
+    /// Names of the Resources to delete (pruned).
+    pub delete: Vec<String>,
+    /// The status, but for its Ready condition's creation problems (added by `reconcile`).
+    pub status: ResourceMonitorStatus,
+}
+
+/// The monitor's creations, deletions and status from `scan`, given the names of the Resources of
+/// its namespace (`existing`) and those it created (`owned`). Pure.
+pub fn decide(
+    m: &ResourceMonitor,
+    provider: ProviderType,
+    scan: &Scan,
+    existing: &BTreeSet<String>,
+    owned: &BTreeSet<String>,
+    default_region: &str,
+    now: DateTime<Utc>,
+) -> Decision {
     let explicit_regions = !m.spec.regions.is_empty();
-    let regions: Vec<String> = if explicit_regions {
-        m.spec.regions.clone()
-    } else {
-        vec![ctx.default_region.clone()]
-    };
-
-    let resources: Api<Resource> = Api::namespaced(ctx.client.clone(), &ns);
-    let existing: BTreeSet<String> = ctx
-        .resources
-        .state()
-        .iter()
-        .filter(|r| r.namespace().as_deref() == Some(ns.as_str()))
-        .map(|r| r.name_any())
-        .collect();
-
-    let mut all_complete = true;
-    let mut problems: Vec<String> = Vec::new();
-    let mut seen_names: BTreeSet<String> = BTreeSet::new();
-    let mut groups: Vec<String> = Vec::new();
-    let mut oldest_scan = None;
-    for region in &regions {
-        let key = InventoryKey {
-            kind,
-            region: region.clone(),
-        };
-        if let Err(e) = ctx.inventory.ensure(&key).await {
-            problems.push(format!("{region}: {e}"));
-        }
-        let Some(snap) = ctx.inventory.snapshot(&key) else {
-            all_complete = false;
-            continue;
-        };
-        if !snap.complete {
-            all_complete = false;
-            problems.push(format!(
-                "{region}: last listing incomplete: {}",
-                snap.error.clone().unwrap_or_default()
-            ));
-        }
-        oldest_scan = Some(
-            oldest_scan.map_or(snap.observed_at, |t: chrono::DateTime<Utc>| {
-                t.min(snap.observed_at)
-            }),
-        );
-        for tag in snap.groups(&ctx.keys) {
+    let mut problems = scan.problems.clone();
+    let mut seen = BTreeSet::new();
+    let mut create = Vec::new();
+    let mut groups = Vec::new();
+    for (region, tags) in &scan.groups {
+        for tag in tags {
             groups.push(if explicit_regions {
                 format!("{region}/{tag}")
             } else {
                 tag.clone()
             });
-            let Some(rname) = resource_name(kind, &tag, region, &ctx.default_region) else {
+            let Some(name) = resource_name(provider, tag, region, default_region) else {
                 problems.push(format!(
                     "tag {tag:?} cannot be a Resource name (lowercase letters, digits, '-' and '.')"
                 ));
                 continue;
             };
-            seen_names.insert(rname.clone());
-            if existing.contains(&rname) {
-                continue;
-            }
-            let labels = [
-                (CREATED_BY_LABEL.to_owned(), CREATED_BY.to_owned()),
-                (MONITOR_LABEL.to_owned(), name.clone()),
-            ]
-            .into();
-            let obj = Resource {
-                metadata: ObjectMeta {
-                    name: Some(rname.clone()),
-                    namespace: Some(ns.clone()),
-                    labels: Some(labels),
-                    ..Default::default()
-                },
-                spec: ResourceSpec {
-                    type_: kind.as_str().to_owned(),
-                    tag: tag.clone(),
-                    region: explicit_regions.then(|| region.clone()),
-                    ..Default::default()
-                },
-                status: None,
-            };
-            match resources.create(&super::post_params(), &obj).await {
-                Ok(_) => {
-                    ctx.event(
-                        m.as_ref(),
-                        false,
-                        "Created",
-                        "Create",
-                        format!(
-                            "created Resource {rname} for the {kind} group {tag:?} in {region}"
-                        ),
-                    )
-                    .await;
-                }
-                Err(kube::Error::Api(e)) if e.code == 409 => {}
-                Err(e) => return Err(e.into()),
+            seen.insert(name.clone());
+            if !existing.contains(&name) {
+                create.push((name, tag.clone(), region.clone()));
             }
         }
     }
-
+    let mut delete = Vec::new();
     if m.spec.prune.unwrap_or(false) {
-        if all_complete {
-            for r in ctx.resources.state().iter().filter(|r| {
-                r.namespace().as_deref() == Some(ns.as_str())
-                    && r.labels().get(MONITOR_LABEL) == Some(&name)
-                    && !seen_names.contains(&r.name_any())
-            }) {
-                let rname = r.name_any();
-                match resources.delete(&rname, &DeleteParams::default()).await {
-                    Ok(_) => {
-                        ctx.event(
-                            m.as_ref(),
-                            false,
-                            "Pruned",
-                            "Delete",
-                            format!("deleted Resource {rname}: its group is gone from AWS"),
-                        )
-                        .await
-                    }
-                    Err(kube::Error::Api(e)) if e.code == 404 => {}
-                    Err(e) => return Err(e.into()),
-                }
-            }
+        if scan.complete {
+            delete = owned.difference(&seen).cloned().collect();
         } else {
             problems.push("pruning skipped: not every listing completed".to_owned());
         }
     }
-
     groups.sort();
     groups.dedup();
     let ready = if problems.is_empty() {
@@ -220,39 +136,278 @@ pub async fn reconcile(m: Arc<ResourceMonitor>, ctx: Arc<Context>) -> Result<Act
     } else {
         CondSpec::new("Ready", false, "ScanProblems", &problems.join("; "))
     };
-    let status = ResourceMonitorStatus {
-        groups,
-        last_scan_time: oldest_scan.map(format_rfc3339),
-        conditions: merge(&old.conditions, &[ready], m.metadata.generation, now),
-        observed_generation: m.metadata.generation,
-    };
-    if m.status.as_ref() != Some(&status) {
-        patch_status(&api, &name, &status, &["lastScanTime"]).await?;
+    let old = m.status.clone().unwrap_or_default();
+    Decision {
+        create,
+        delete,
+        status: ResourceMonitorStatus {
+            groups,
+            last_scan_time: scan.oldest.map(format_rfc3339),
+            conditions: merge(&old.conditions, &[ready], m.metadata.generation, now),
+            observed_generation: m.metadata.generation,
+        },
     }
+}
+
+/// Reads the inventory of `provider` in each region of the monitor.
+async fn scan(ctx: &Context, m: &ResourceMonitor, provider: ProviderType) -> Scan {
+    let regions: Vec<String> = if m.spec.regions.is_empty() {
+        vec![ctx.groups.default_region.clone()]
+    } else {
+        m.spec.regions.clone()
+    };
+    let mut out = Scan {
+        complete: true,
+        ..Scan::default()
+    };
+    for region in regions {
+        let key = InventoryKey {
+            kind: provider,
+            region: region.clone(),
+        };
+        if let Err(e) = ctx.groups.inventory.ensure(&key).await {
+            out.problems.push(format!("{region}: {e}"));
+        }
+        let Some(snap) = ctx.groups.inventory.snapshot(&key) else {
+            out.complete = false;
+            continue;
+        };
+        if !snap.complete {
+            out.complete = false;
+            out.problems.push(format!(
+                "{region}: last listing incomplete: {}",
+                snap.error.clone().unwrap_or_default()
+            ));
+        }
+        out.oldest = Some(
+            out.oldest
+                .map_or(snap.observed_at, |t| t.min(snap.observed_at)),
+        );
+        out.groups
+            .push((region, snap.groups(&ctx.groups.keys).into_iter().collect()));
+    }
+    out
+}
+
+/// Reconciles one ResourceMonitor.
+#[tracing::instrument(skip_all, fields(namespace, name))]
+pub async fn reconcile(m: Arc<ResourceMonitor>, ctx: Arc<Context>) -> Result<Action> {
+    let (ns, name) = ns_name(m.as_ref())?;
+    let now = ctx.now();
+    let old = m.status.clone().unwrap_or_default();
+    let Some(provider) = m.spec.provider_type() else {
+        let status = ResourceMonitorStatus {
+            conditions: merge(
+                &old.conditions,
+                &[CondSpec::new(
+                    "Ready",
+                    false,
+                    "InvalidSpec",
+                    &unsupported_type_message("spec.type", &m.spec.type_),
+                )],
+                m.metadata.generation,
+                now,
+            ),
+            observed_generation: m.metadata.generation,
+            ..old
+        };
+        write_status(&ctx, m.as_ref(), &status, None).await?;
+        return Ok(Action::await_change());
+    };
+    let scan = scan(&ctx, &m, provider).await;
+    let in_namespace: Vec<_> = ctx
+        .caches
+        .resources
+        .state()
+        .into_iter()
+        .filter(|r| r.namespace().as_deref() == Some(ns.as_str()))
+        .collect();
+    let existing = in_namespace.iter().map(|r| r.name_any()).collect();
+    let owned = in_namespace
+        .iter()
+        .filter(|r| r.labels().get(MONITOR_LABEL) == Some(&name))
+        .map(|r| r.name_any())
+        .collect();
+    let decision = decide(
+        &m,
+        provider,
+        &scan,
+        &existing,
+        &owned,
+        &ctx.groups.default_region,
+        now,
+    );
+    let resources: Api<Resource> = Api::namespaced(ctx.client.clone(), &ns);
+    for (rname, tag, region) in &decision.create {
+        let obj = new_resource(&m, &ns, provider, rname, tag, region);
+        match resources.create(&post_params(), &obj).await {
+            Ok(_) => {
+                let note = format!(
+                    "created Resource {rname} for the {provider} group {tag:?} in {region}"
+                );
+                ctx.events
+                    .publish(m.as_ref(), false, "Created", "Create", note)
+                    .await;
+            }
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    for rname in &decision.delete {
+        match resources.delete(rname, &DeleteParams::default()).await {
+            Ok(_) => {
+                let note = format!("deleted Resource {rname}: its group is gone from AWS");
+                ctx.events
+                    .publish(m.as_ref(), false, "Pruned", "Delete", note)
+                    .await
+            }
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    write_status(&ctx, m.as_ref(), &decision.status, None).await?;
     Ok(Action::await_change())
+}
+
+/// The Resource monitor `m` creates for a group.
+fn new_resource(
+    m: &ResourceMonitor,
+    ns: &str,
+    provider: ProviderType,
+    name: &str,
+    tag: &str,
+    region: &str,
+) -> Resource {
+    let labels = [
+        (CREATED_BY_LABEL.to_owned(), CREATED_BY.to_owned()),
+        (MONITOR_LABEL.to_owned(), m.name_any()),
+    ]
+    .into();
+    Resource {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            namespace: Some(ns.to_owned()),
+            labels: Some(labels),
+            ..Default::default()
+        },
+        spec: ResourceSpec {
+            type_: provider.as_str().to_owned(),
+            tag: tag.to_owned(),
+            region: (!m.spec.regions.is_empty()).then(|| region.to_owned()),
+            ..Default::default()
+        },
+        status: None,
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use booking_shared::api::ResourceMonitorSpec;
 
     #[test]
     fn names_follow_the_original_and_reject_invalid_tags() {
         assert_eq!(
-            resource_name(Kind::Ec2, "analytics", "eu-central-1", "eu-central-1").as_deref(),
+            resource_name(
+                ProviderType::Ec2,
+                "analytics",
+                "eu-central-1",
+                "eu-central-1"
+            )
+            .as_deref(),
             Some("ec2.analytics")
         );
         assert_eq!(
-            resource_name(Kind::Rds, "db", "us-west-2", "eu-central-1").as_deref(),
+            resource_name(ProviderType::Rds, "db", "us-west-2", "eu-central-1").as_deref(),
             Some("rds.db.us-west-2")
         );
         assert_eq!(
-            resource_name(Kind::Ec2, "Big Data", "eu-central-1", "eu-central-1"),
+            resource_name(
+                ProviderType::Ec2,
+                "Big Data",
+                "eu-central-1",
+                "eu-central-1"
+            ),
             None
         );
         assert_eq!(
-            resource_name(Kind::Ec2, "-x", "eu-central-1", "eu-central-1"),
+            resource_name(ProviderType::Ec2, "-x", "eu-central-1", "eu-central-1"),
             None
         );
+    }
+
+    fn monitor(prune: bool) -> ResourceMonitor {
+        ResourceMonitor::new(
+            "scan",
+            ResourceMonitorSpec {
+                type_: "ec2".into(),
+                regions: vec![],
+                prune: Some(prune),
+            },
+        )
+    }
+
+    fn names(v: &[&str]) -> BTreeSet<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn creates_the_missing_and_prunes_only_on_complete_listings() {
+        let now = booking_shared::time::parse_rfc3339("t", "2031-01-10T10:00:00Z").unwrap();
+        let scan = Scan {
+            groups: vec![(
+                "eu-west-1".into(),
+                vec!["a".into(), "b".into(), "Bad Tag".into()],
+            )],
+            complete: true,
+            problems: vec![],
+            oldest: Some(now),
+        };
+        let existing = names(&["ec2.a", "ec2.gone", "other"]);
+        let owned = names(&["ec2.a", "ec2.gone"]);
+        let d = decide(
+            &monitor(true),
+            ProviderType::Ec2,
+            &scan,
+            &existing,
+            &owned,
+            "eu-west-1",
+            now,
+        );
+        assert_eq!(d.create, [("ec2.b".into(), "b".into(), "eu-west-1".into())]);
+        assert_eq!(d.delete, ["ec2.gone"]);
+        assert_eq!(d.status.groups, ["Bad Tag", "a", "b"]);
+        let ready = &d.status.conditions[0];
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_str()),
+            ("False", "ScanProblems")
+        );
+        assert!(ready.message.contains("\"Bad Tag\""), "{}", ready.message);
+
+        let partial = Scan {
+            complete: false,
+            ..scan.clone()
+        };
+        let d = decide(
+            &monitor(true),
+            ProviderType::Ec2,
+            &partial,
+            &existing,
+            &owned,
+            "eu-west-1",
+            now,
+        );
+        assert!(d.delete.is_empty());
+        assert!(d.status.conditions[0].message.contains("pruning skipped"));
+        let d = decide(
+            &monitor(false),
+            ProviderType::Ec2,
+            &scan,
+            &existing,
+            &owned,
+            "eu-west-1",
+            now,
+        );
+        assert!(d.delete.is_empty());
     }
 }

@@ -16,262 +16,250 @@
 //! (30 s doubling to 10 min) while the booking lasts; an unknown type or an unusable recipient
 //! is reported once and not retried.
 
-use std::{
-    collections::BTreeMap,
-    sync::{Arc, Mutex},
-    time::Duration as StdDuration,
-};
+use std::sync::Arc;
 
 use booking_shared::{
-    api::{Booking, BookingPhase},
+    api::{Booking, BookingPhase, BookingStatus, Notification},
     scheduling::{lead_time, notification_due_at, notification_should_send},
     time::{Slot, format_rfc3339},
 };
-use chrono::{DateTime, Duration, Utc};
-use futures::StreamExt;
-use kube::{
-    Api, Resource as _, ResourceExt,
-    api::Patch,
-    runtime::{
-        Controller,
-        controller::Action,
-        events::{Event, EventType, Recorder},
-    },
-};
+use chrono::{DateTime, Utc};
+use kube::{Api, ResourceExt, runtime::controller::Action};
 
-use super::scheduler::Clock;
+use super::{ns_name, write_status};
 use crate::{
     conditions::{CondSpec, merge},
-    notify::{NotificationContext, Notifiers, notification_key},
+    context::Context,
+    error::Result,
+    notify::{NotificationSubject, notification_key},
 };
 
 /// Condition type owned by this reconciler.
 pub const CONDITION: &str = "NotificationFailed";
 
-/// What the notification reconciler needs, built once in `main`.
-pub struct NotificationReconcilerContext {
-    /// Kubernetes client.
-    pub client: kube::Client,
-    /// Event recorder.
-    pub recorder: Recorder,
-    /// The clock.
-    pub clock: Clock,
-    /// The senders.
-    pub notifiers: Notifiers,
-    /// Consecutive failures per booking uid and when the next attempt may happen.
-    pub failures: Mutex<BTreeMap<String, (u32, DateTime<Utc>)>>,
+/// The notifications of a booking to send now, and when the next one falls due. Pure.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Due {
+    /// `(index, key)` of the notifications due and not recorded in `sent`.
+    pub now: Vec<(usize, String)>,
+    /// When the earliest notification not due yet falls due.
+    pub next: Option<DateTime<Utc>>,
 }
 
-/// Errors that make a reconcile retry with backoff.
-#[derive(Debug, thiserror::Error)]
-pub enum NotificationReconcileError {
-    /// The Kubernetes API failed (including a conflict on the status patch).
-    #[error("kubernetes API: {0}")]
-    Kube(#[from] kube::Error),
-}
-
-/// Runs the notification controller `controller` (over Bookings) until `shutdown` resolves.
-pub async fn run(
-    controller: Controller<Booking>,
-    ctx: Arc<NotificationReconcilerContext>,
-    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
-) {
-    controller
-        .graceful_shutdown_on(shutdown)
-        .run(reconcile, error_policy, ctx)
-        .for_each(|_| async {})
-        .await;
-}
-
-fn error_policy(
-    _: Arc<Booking>,
-    error: &NotificationReconcileError,
-    _: Arc<NotificationReconcilerContext>,
-) -> Action {
-    tracing::warn!(error = %error, "notification reconcile failed; retrying");
-    Action::requeue(StdDuration::from_secs(2))
-}
-
-/// Backoff after `failures` consecutive failures: 30 s, doubling, at most 10 min.
-pub fn retry_delay(failures: u32) -> Duration {
-    let secs = 30i64.saturating_mul(1i64 << failures.saturating_sub(1).min(5));
-    Duration::seconds(secs.min(600))
-}
-
-/// Reconciles the notifications of one Booking.
-#[tracing::instrument(skip(b, ctx), fields(name = %b.name_any(), namespace = b.namespace().unwrap_or_default()))]
-pub async fn reconcile(
-    b: Arc<Booking>,
-    ctx: Arc<NotificationReconcilerContext>,
-) -> Result<Action, NotificationReconcileError> {
-    let uid = b.uid().unwrap_or_default();
-    let (Some(ns), false) = (b.namespace(), b.spec.notifications.is_empty()) else {
-        return Ok(Action::await_change());
-    };
-    if b.metadata.deletion_timestamp.is_some() {
-        return Ok(Action::await_change());
-    }
-    // A booking that lost arbitration holds nothing that could end.
-    let status = b.status.clone().unwrap_or_default();
-    if status.status == Some(BookingPhase::Conflict) {
-        return Ok(Action::await_change());
-    }
-    let Ok(slot) = Slot::of_booking(&b.spec) else {
-        // Reported by the booking reconciler.
-        return Ok(Action::await_change());
-    };
-    let now = (ctx.clock)();
-    if now >= slot.end {
-        ctx.failures
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&uid);
-        return Ok(Action::await_change());
-    }
-
-    // While backing off after a failure, other events (status patches) do not trigger retries.
-    let backoff = ctx
-        .failures
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .get(&uid)
-        .copied();
-    if let Some((_, not_before)) = backoff.filter(|(_, t)| now < *t) {
-        return Ok(Action::requeue(
-            (not_before.min(slot.end) - now)
-                .to_std()
-                .unwrap_or(StdDuration::ZERO),
-        ));
-    }
-
-    // The watch cache may lag behind this reconciler's own last status patch. Before anything
-    // is sent, read the booking from the API server, so a notification recorded a moment ago is
-    // never sent again.
-    let due_unsent = b.spec.notifications.iter().enumerate().any(|(i, n)| {
-        !status.notifications_sent.contains(&notification_key(i, n))
-            && notification_should_send(&slot, lead_time(n), now)
-    });
-    let api: Api<Booking> = Api::namespaced(ctx.client.clone(), &ns);
-    let (status, fresh_version) = if due_unsent {
-        match api.get_opt(&b.name_any()).await? {
-            Some(fresh) if fresh.uid() == b.uid() => (
-                fresh.status.unwrap_or_default(),
-                fresh.metadata.resource_version,
-            ),
-            _ => return Ok(Action::await_change()),
-        }
-    } else {
-        (status, None)
-    };
-
-    let mut sent = status.notifications_sent.clone();
-    let mut errors: Vec<String> = Vec::new();
-    let mut retry = false;
-    let mut next_due: Option<chrono::DateTime<chrono::Utc>> = None;
-    let mut due = Vec::new();
-    for (index, n) in b.spec.notifications.iter().enumerate() {
+/// Which of `notifications` are due at `now` for a booking with `slot`, given the keys already
+/// recorded as `sent`: due `leadMinutes` before the end, never before the start and never after
+/// the end.
+pub fn due(
+    notifications: &[Notification],
+    sent: &[String],
+    slot: &Slot,
+    now: DateTime<Utc>,
+) -> Due {
+    let mut out = Due::default();
+    for (index, n) in notifications.iter().enumerate() {
         let key = notification_key(index, n);
         if sent.contains(&key) {
             continue;
         }
         let lead = lead_time(n);
-        if notification_should_send(&slot, lead, now) {
-            due.push((index, n, key));
+        if notification_should_send(slot, lead, now) {
+            out.now.push((index, key));
         } else {
-            let due_at = notification_due_at(&slot, lead);
-            next_due = Some(next_due.map_or(due_at, |d| d.min(due_at)));
+            let at = notification_due_at(slot, lead);
+            out.next = Some(out.next.map_or(at, |d| d.min(at)));
         }
     }
-    // Claim before sending: the notifications about to be sent are recorded first, so that a
-    // crash (or a successor taking over) after the claim can lose one mail but never send one
-    // twice. A send that fails and may succeed later gives its claim back below.
-    // The claim is guarded by the resourceVersion of the fresh read: of two writers that read the
-    // same version (a predecessor still finishing and its successor), only one claims; the
-    // other gets a conflict and reads again.
-    let mut recorded = status.notifications_sent.clone();
-    if !due.is_empty() {
-        sent.extend(due.iter().map(|(_, _, key)| key.clone()));
-        let patch = serde_json::json!({
-            "metadata": { "resourceVersion": fresh_version },
-            "status": { "notificationsSent": sent },
-        });
-        api.patch_status(&b.name_any(), &super::patch_params(), &Patch::Merge(&patch))
-            .await?;
-        recorded.clone_from(&sent);
+    out
+}
+
+/// Reconciles the notifications of one Booking.
+#[tracing::instrument(skip_all, fields(namespace, name))]
+pub async fn reconcile(b: Arc<Booking>, ctx: Arc<Context>) -> Result<Action> {
+    let (ns, name) = ns_name(b.as_ref())?;
+    let uid = b.uid().unwrap_or_default();
+    let status = b.status.clone().unwrap_or_default();
+    // A booking that lost arbitration holds nothing that could end; an invalid one is reported
+    // by the booking reconciler.
+    let slot = match Slot::of_booking(&b.spec) {
+        Ok(slot)
+            if !b.spec.notifications.is_empty()
+                && b.metadata.deletion_timestamp.is_none()
+                && status.status != Some(BookingPhase::Conflict) =>
+        {
+            slot
+        }
+        _ => return Ok(Action::await_change()),
+    };
+    let now = ctx.now();
+    if now >= slot.end {
+        forget_failures(&ctx, &uid);
+        return Ok(Action::await_change());
     }
-    for (index, n, key) in due {
+    // While backing off after a failure, other events (status patches) do not trigger retries.
+    if let Some(not_before) = backing_off(&ctx, &uid, now) {
+        return Ok(Action::requeue(ctx.until(not_before.min(slot.end))));
+    }
+    // The watch cache may lag behind this reconciler's own last status patch. Before anything
+    // is sent, read the booking from the API server, so a notification recorded a moment ago is
+    // never sent again; the claim is guarded by that read's resourceVersion.
+    let current = if due(
+        &b.spec.notifications,
+        &status.notifications_sent,
+        &slot,
+        now,
+    )
+    .now
+    .is_empty()
+    {
+        (*b).clone()
+    } else {
+        match Api::<Booking>::namespaced(ctx.client.clone(), &ns)
+            .get_opt(&name)
+            .await?
+        {
+            Some(fresh) if fresh.uid() == b.uid() => fresh,
+            _ => return Ok(Action::await_change()),
+        }
+    };
+    let mut status = current.status.clone().unwrap_or_default();
+    let due = due(
+        &b.spec.notifications,
+        &status.notifications_sent,
+        &slot,
+        now,
+    );
+    let mut current = current;
+    if !due.now.is_empty() {
+        claim(&ctx, &mut current, &mut status, &due).await?;
+    }
+    let (errors, retry) = send_due(&ctx, &b, &slot, &due, &mut status, now).await;
+    record(&ctx, &b, &current, status, &errors, now).await?;
+    let mut wake = due.next;
+    if retry {
+        let at = failed(&ctx, &uid, now);
+        wake = Some(wake.map_or(at, |w| w.min(at)));
+    } else {
+        forget_failures(&ctx, &uid);
+    }
+    Ok(match wake {
+        // Never later than the end: nothing is sent after it.
+        Some(at) => Action::requeue(ctx.until(at.min(slot.end))),
+        None => Action::await_change(),
+    })
+}
+
+/// Claims the due notifications before sending them: they are recorded first, so that a crash
+/// (or a successor taking over) after the claim can lose one mail but never send one twice. The
+/// claim carries the resourceVersion of the fresh read: of two writers that read the same
+/// version (a predecessor still finishing and its successor), only one claims; the other gets a
+/// conflict and reads again.
+async fn claim(
+    ctx: &Context,
+    current: &mut Booking,
+    status: &mut BookingStatus,
+    due: &Due,
+) -> Result<()> {
+    status
+        .notifications_sent
+        .extend(due.now.iter().map(|(_, key)| key.clone()));
+    let version = current.metadata.resource_version.clone();
+    write_status(
+        ctx,
+        current,
+        status,
+        Some(version.as_deref().unwrap_or_default()),
+    )
+    .await?;
+    current.status = Some(status.clone());
+    Ok(())
+}
+
+/// Sends the claimed notifications. A failure that may pass (a timeout, a 4xx of the SMTP
+/// server, a webhook error) gives its claim back in `status` and asks for a retry; one that will
+/// not (an unknown type, an unusable recipient, no SMTP server configured, a permanent refusal)
+/// stays recorded as handled: it is reported, not retried. Returns the failures' messages and
+/// whether to retry.
+async fn send_due(
+    ctx: &Context,
+    b: &Booking,
+    slot: &Slot,
+    due: &Due,
+    status: &mut BookingStatus,
+    now: DateTime<Utc>,
+) -> (Vec<String>, bool) {
+    let mut errors = Vec::new();
+    let mut retry = false;
+    for (index, key) in &due.now {
         // The reads and the claim took a moment: nothing is sent once the booking has ended.
-        if (ctx.clock)() >= slot.end {
+        if ctx.now() >= slot.end {
             break;
         }
-        let msg_ctx = NotificationContext {
-            namespace: ns.clone(),
+        let n = &b.spec.notifications[*index];
+        let subject = NotificationSubject {
+            namespace: b.namespace().unwrap_or_default(),
             booking: b.name_any(),
-            booking_uid: uid.clone(),
+            booking_uid: b.uid().unwrap_or_default(),
             resource: b.spec.resource_name.clone(),
             user: b.spec.user_id.clone(),
             end: slot.end,
             now,
         };
-        match ctx.notifiers.send(index, n, &msg_ctx).await {
+        match ctx.notifiers.send(*index, n, &subject).await {
             Ok(()) => {
                 tracing::info!(notification = %key, "sent notification");
-                publish(
-                    &ctx,
-                    &b,
-                    EventType::Normal,
-                    "NotificationSent",
-                    format!(
-                        "sent the {} notification to {} (booking ends at {})",
-                        n.type_,
-                        n.recipient,
-                        format_rfc3339(slot.end)
-                    ),
-                )
-                .await;
+                let note = format!(
+                    "sent the {} notification to {} (booking ends at {})",
+                    n.type_,
+                    n.recipient,
+                    format_rfc3339(slot.end)
+                );
+                ctx.events
+                    .publish(b, false, "NotificationSent", "Notify", note)
+                    .await;
             }
             Err(e) => {
                 retry |= e.is_transient();
                 let message = format!("{} notification to {}: {e}", n.type_, n.recipient);
                 tracing::warn!(error = %e, notification = %key, "notification failed");
-                publish(
-                    &ctx,
-                    &b,
-                    EventType::Warning,
-                    "NotificationFailed",
-                    message.clone(),
-                )
-                .await;
-                // A failure that may pass (a timeout, a 4xx of the SMTP server, a webhook error)
-                // gives its claim back and is retried with backoff. One that will not (an
-                // unknown type, an unusable recipient, no SMTP server configured, a permanent
-                // refusal) stays recorded as handled: it is reported, not retried.
+                ctx.events
+                    .publish(b, true, "NotificationFailed", "Notify", message.clone())
+                    .await;
                 if e.is_transient() {
-                    sent.retain(|k| k != &key);
+                    status.notifications_sent.retain(|k| k != key);
                 }
                 errors.push(message);
             }
         }
     }
+    (errors, retry)
+}
 
+/// Writes what the sends changed: the recorded keys, `notification_sent` and this reconciler's
+/// own condition (every other condition stays as the booking reconciler wrote it).
+async fn record(
+    ctx: &Context,
+    b: &Booking,
+    current: &Booking,
+    mut status: BookingStatus,
+    errors: &[String],
+    now: DateTime<Utc>,
+) -> Result<()> {
     let condition = if errors.is_empty() {
         CondSpec::new(CONDITION, false, "Sent", "no notification has failed")
     } else {
         CondSpec::new(CONDITION, true, "SendFailed", &errors.join("; "))
     };
-    let all_sent = b
+    status.notification_sent = b
         .spec
         .notifications
         .iter()
         .enumerate()
-        .all(|(i, n)| sent.contains(&notification_key(i, n)));
-    let old_condition = status.conditions.iter().find(|c| c.type_ == CONDITION);
-    let condition_changed = match old_condition {
+        .all(|(i, n)| status.notifications_sent.contains(&notification_key(i, n)));
+    let changed = match status.conditions.iter().find(|c| c.type_ == CONDITION) {
         None => !errors.is_empty(),
         Some(c) => (c.status == "True") == errors.is_empty() || c.message != condition.message,
     };
-    if sent != recorded || all_sent != status.notification_sent || condition_changed {
-        // Keep every other condition as the booking reconciler wrote it.
+    if changed {
         let mut conditions: Vec<_> = status
             .conditions
             .iter()
@@ -284,70 +272,84 @@ pub async fn reconcile(
             b.metadata.generation,
             now,
         ));
-        // Only this reconciler writes the notification fields, so no resourceVersion guard is
-        // needed (a conflict would make it send again); conditions are sent only when its own
-        // condition changed.
-        let mut body = serde_json::json!({ "notification_sent": all_sent });
-        if sent != recorded {
-            body["notificationsSent"] = serde_json::json!(sent);
-        }
-        if condition_changed {
-            body["conditions"] = serde_json::to_value(&conditions).unwrap_or_default();
-        }
-        let patch = serde_json::json!({ "status": body });
-        api.patch_status(&b.name_any(), &super::patch_params(), &Patch::Merge(&patch))
-            .await?;
+        status.conditions = conditions;
     }
-
-    let mut wake = next_due;
-    {
-        let mut map = ctx.failures.lock().unwrap_or_else(|p| p.into_inner());
-        if retry {
-            let count = map.get(&uid).map_or(0, |(c, _)| *c) + 1;
-            let at = now + retry_delay(count);
-            map.insert(uid.clone(), (count, at));
-            wake = Some(wake.map_or(at, |w| w.min(at)));
-        } else {
-            map.remove(&uid);
-        }
-    }
-    Ok(match wake {
-        // Never later than the end: nothing is sent after it.
-        Some(at) => Action::requeue(
-            (at.min(slot.end) - now)
-                .to_std()
-                .unwrap_or(StdDuration::ZERO),
-        ),
-        None => Action::await_change(),
-    })
+    // Only this reconciler writes the notification fields, so no resourceVersion guard is
+    // needed (a conflict would make it send again).
+    write_status(ctx, current, &status, None).await?;
+    Ok(())
 }
 
-async fn publish(
-    ctx: &NotificationReconcilerContext,
-    b: &Booking,
-    type_: EventType,
-    reason: &str,
-    note: String,
-) {
-    let event = Event {
-        type_,
-        reason: reason.to_owned(),
-        note: Some(note),
-        action: "Notify".to_owned(),
-        secondary: None,
-    };
-    if let Err(e) = ctx.recorder.publish(&event, &b.object_ref(&())).await {
-        tracing::warn!(error = %e, reason, "could not publish event");
-    }
+fn backing_off(ctx: &Context, uid: &str, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
+    let map = ctx
+        .notification_failures
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
+    map.get(uid).map(|(_, t)| *t).filter(|t| now < *t)
+}
+
+/// Counts one more failure of the booking `uid` and returns when to try again.
+fn failed(ctx: &Context, uid: &str, now: DateTime<Utc>) -> DateTime<Utc> {
+    let mut map = ctx
+        .notification_failures
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
+    let count = map.get(uid).map_or(0, |(c, _)| *c) + 1;
+    let at = now + ctx.notification_backoff.delay_chrono(count);
+    map.insert(uid.to_owned(), (count, at));
+    at
+}
+
+fn forget_failures(ctx: &Context, uid: &str) {
+    ctx.notification_failures
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(uid);
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use booking_shared::time::parse_rfc3339;
+
+    fn at(s: &str) -> DateTime<Utc> {
+        parse_rfc3339("t", s).unwrap()
+    }
+
+    fn notification(recipient: &str, lead: Option<u32>) -> Notification {
+        serde_json::from_value(serde_json::json!({
+            "type": "email", "recipient": recipient, "leadMinutes": lead,
+        }))
+        .unwrap()
+    }
 
     #[test]
-    fn backoff_doubles_and_is_bounded() {
-        let secs: Vec<i64> = (1..=8).map(|f| retry_delay(f).num_seconds()).collect();
-        assert_eq!(secs, [30, 60, 120, 240, 480, 600, 600, 600]);
+    fn due_notifications_at_fixed_instants() {
+        let slot = Slot::new(at("2031-01-10T10:00:00Z"), at("2031-01-10T12:00:00Z")).unwrap();
+        let ns = [
+            notification("a@example.com", None),
+            notification("b@example.com", Some(60)),
+        ];
+        let keys: Vec<String> = ns
+            .iter()
+            .enumerate()
+            .map(|(i, n)| notification_key(i, n))
+            .collect();
+        // Before the start: nothing due; the earliest is 60 min before the end.
+        let d = due(&ns, &[], &slot, at("2031-01-10T09:00:00Z"));
+        assert!(d.now.is_empty());
+        assert_eq!(d.next, Some(at("2031-01-10T11:00:00Z")));
+        // 30 min before the end only the 60-minute one is due; 15 min before, both (the
+        // default lead is 20 minutes); recorded ones are not.
+        let d = due(&ns, &[], &slot, at("2031-01-10T11:30:00Z"));
+        assert_eq!(d.now, [(1, keys[1].clone())]);
+        assert_eq!(d.next, Some(at("2031-01-10T11:40:00Z")));
+        let d = due(&ns, &[], &slot, at("2031-01-10T11:45:00Z"));
+        assert_eq!(d.now, [(0, keys[0].clone()), (1, keys[1].clone())]);
+        let d = due(&ns, &keys[1..], &slot, at("2031-01-10T11:45:00Z"));
+        assert_eq!(d.now, [(0, keys[0].clone())]);
+        // From the end on: nothing, ever.
+        let d = due(&ns, &[], &slot, at("2031-01-10T12:00:00Z"));
+        assert!(d.now.is_empty());
     }
 }

@@ -7,119 +7,48 @@
 //! (AlreadyExists counts as success). Bookings carry no ownerReference: deleting a scheduler
 //! keeps the bookings it created, as the original documents.
 
-use std::{collections::BTreeMap, sync::Arc, time::Duration as StdDuration};
+use std::{collections::BTreeMap, sync::Arc};
 
 use booking_shared::{
     api::{Booking, BookingPhase, BookingScheduler, BookingSchedulerStatus},
-    scheduling::{SCHEDULER_LABEL, booking_for_fire, booking_name, plan_scheduler},
-    time::{Slot, format_rfc3339, parse_rfc3339},
+    scheduling::{
+        SCHEDULER_LABEL, SchedulerPlan, booking_for_fire, booking_name, plan_scheduler,
+        scheduler_label_value,
+    },
+    time::{Slot, format_rfc3339, kube_time, parse_rfc3339},
 };
 use chrono::{DateTime, Utc};
-use futures::StreamExt;
 use kube::{
-    Api, Resource as _, ResourceExt,
-    api::{DeleteParams, ListParams, ObjectMeta, Patch},
-    runtime::{
-        Controller,
-        controller::Action,
-        events::{Event, EventType, Recorder},
-    },
+    Api, ResourceExt,
+    api::{DeleteParams, ListParams, ObjectMeta},
+    runtime::controller::Action,
 };
-use sha2::{Digest, Sha256};
 
-use crate::conditions::{CondSpec, chrono_time, merge};
-
-/// The clock: a function returning "now", injected so tests can move time.
-pub type Clock = Arc<dyn Fn() -> DateTime<Utc> + Send + Sync>;
-
-/// What the scheduler reconciler needs, built once in `main`.
-pub struct SchedulerContext {
-    /// Kubernetes client.
-    pub client: kube::Client,
-    /// Event recorder.
-    pub recorder: Recorder,
-    /// The clock.
-    pub clock: Clock,
-}
-
-/// Errors that make a reconcile retry with backoff.
-#[derive(Debug, thiserror::Error)]
-pub enum SchedulerError {
-    /// The Kubernetes API failed.
-    #[error("kubernetes API: {0}")]
-    Kube(#[from] kube::Error),
-    /// The object lacks something every stored object has.
-    #[error("malformed object: {0}")]
-    Malformed(String),
-}
-
-/// Runs the scheduler controller `controller` (over BookingSchedulers) until `shutdown`
-/// resolves.
-pub async fn run(
-    controller: Controller<BookingScheduler>,
-    ctx: Arc<SchedulerContext>,
-    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
-) {
-    controller
-        .graceful_shutdown_on(shutdown)
-        .run(reconcile, error_policy, ctx)
-        .for_each(|r| async move {
-            if let Err(e) = r {
-                tracing::debug!(error = %e, "scheduler reconcile ended in error");
-            }
-        })
-        .await;
-}
-
-fn error_policy(
-    _: Arc<BookingScheduler>,
-    error: &SchedulerError,
-    _: Arc<SchedulerContext>,
-) -> Action {
-    tracing::warn!(error = %error, "scheduler reconcile failed; retrying");
-    Action::requeue(StdDuration::from_secs(5))
-}
-
-/// A label value (≤ 63 characters) naming the scheduler.
-pub fn scheduler_label_value(name: &str) -> String {
-    if name.len() <= 63 {
-        return name.to_owned();
-    }
-    let digest = hex::encode(&Sha256::digest(name.as_bytes())[..4]);
-    let mut prefix: String = name.chars().take(63 - 9).collect();
-    while prefix.ends_with(['-', '.', '_']) {
-        prefix.pop();
-    }
-    format!("{prefix}-{digest}")
-}
+use super::{ns_name, write_status};
+use crate::conditions::{CondSpec, merge};
+use crate::context::{Context, post_params};
+use crate::error::Result;
 
 /// Reconciles one BookingScheduler.
-#[tracing::instrument(skip(sched, ctx), fields(name = %sched.name_any(), namespace = sched.namespace().unwrap_or_default()))]
-pub async fn reconcile(
-    sched: Arc<BookingScheduler>,
-    ctx: Arc<SchedulerContext>,
-) -> Result<Action, SchedulerError> {
+#[tracing::instrument(skip_all, fields(namespace, name))]
+pub async fn reconcile(sched: Arc<BookingScheduler>, ctx: Arc<Context>) -> Result<Action> {
     if sched.metadata.deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }
-    let name = sched.name_any();
-    let ns = sched
-        .namespace()
-        .ok_or_else(|| SchedulerError::Malformed("BookingScheduler without namespace".into()))?;
-    let now = (ctx.clock)();
+    let (ns, name) = ns_name(sched.as_ref())?;
+    let now = ctx.now();
     let old = sched.status.clone().unwrap_or_default();
     let created = sched
         .metadata
         .creation_timestamp
         .as_ref()
-        .map(chrono_time)
+        .map(kube_time)
         .unwrap_or(now);
     let handled_until = old
         .last_fire_time
         .as_deref()
         .and_then(|t| parse_rfc3339("status.lastFireTime", t).ok())
         .unwrap_or(created);
-
     let plan = match plan_scheduler(&sched.spec, handled_until, now) {
         Ok(plan) => plan,
         Err(e) => {
@@ -137,85 +66,51 @@ pub async fn reconcile(
                 observed_generation: sched.metadata.generation,
                 ..old.clone()
             };
-            if status != old {
-                publish(
-                    &ctx,
-                    &sched,
-                    EventType::Warning,
-                    "InvalidSchedule",
-                    "Schedule",
-                    e.to_string(),
-                )
-                .await;
-                patch_status(&ctx.client, &ns, &name, &status).await?;
+            if write_status(&ctx, sched.as_ref(), &status, None).await? {
+                ctx.events
+                    .publish(
+                        sched.as_ref(),
+                        true,
+                        "InvalidSchedule",
+                        "Schedule",
+                        e.to_string(),
+                    )
+                    .await;
             }
             return Ok(Action::await_change());
         }
     };
-
-    let mut status = old.clone();
-    let mut ready = CondSpec::new("Ready", true, "Scheduled", "waiting for the next fire time");
     let bookings: Api<Booking> = Api::namespaced(ctx.client.clone(), &ns);
+    let mut status = old.clone();
+    let ready = fire(&ctx, &sched, &bookings, &plan, &mut status).await?;
+    if let Some(limit) = sched.spec.finished_bookings_history_limit {
+        prune_history(&bookings, &name, limit as usize, now).await?;
+    }
+    status.next = plan.next.map(format_rfc3339);
+    status.observed_generation = sched.metadata.generation;
+    status.conditions = merge(&old.conditions, &[ready], sched.metadata.generation, now);
+    write_status(&ctx, sched.as_ref(), &status, None).await?;
+    Ok(match plan.next {
+        Some(next) => Action::requeue(ctx.until(next)),
+        None => Action::await_change(),
+    })
+}
 
+/// Acts on the plan's fire: creates its booking, or records a missed fire. Records the fire in
+/// `status` and returns the Ready condition.
+async fn fire(
+    ctx: &Context,
+    sched: &BookingScheduler,
+    bookings: &Api<Booking>,
+    plan: &SchedulerPlan,
+    status: &mut BookingSchedulerStatus,
+) -> Result<CondSpec> {
     if let Some(fire) = plan.create {
-        let booking_name = booking_name(&name, fire);
-        let booking = Booking {
-            metadata: ObjectMeta {
-                name: Some(booking_name.clone()),
-                namespace: Some(ns.clone()),
-                labels: Some(BTreeMap::from([(
-                    SCHEDULER_LABEL.to_owned(),
-                    scheduler_label_value(&name),
-                )])),
-                ..ObjectMeta::default()
-            },
-            spec: booking_for_fire(&sched.spec, fire),
-            status: None,
-        };
-        match bookings.create(&super::post_params(), &booking).await {
-            Ok(_) => {
-                tracing::info!(booking = %booking_name, fire = %fire, "created booking");
-                publish(
-                    &ctx,
-                    &sched,
-                    EventType::Normal,
-                    "BookingCreated",
-                    "CreateBooking",
-                    format!(
-                        "created booking {booking_name} for the fire at {}",
-                        format_rfc3339(fire)
-                    ),
-                )
-                .await;
-                ready.message = format!("created booking {booking_name}");
-                status.last_booking = Some(booking_name);
-            }
-            Err(kube::Error::Api(e)) if e.is_already_exists() => {
-                status.last_booking = Some(booking_name);
-            }
-            // Refused by admission (e.g. it overlaps another booking): retrying cannot help, so
-            // the fire is recorded as handled and the reason is shown.
-            Err(kube::Error::Api(e)) if (400..500).contains(&e.code) => {
-                let message = format!(
-                    "booking {booking_name} for the fire at {} was refused: {}",
-                    format_rfc3339(fire),
-                    e.message
-                );
-                publish(
-                    &ctx,
-                    &sched,
-                    EventType::Warning,
-                    "BookingRefused",
-                    "CreateBooking",
-                    message.clone(),
-                )
-                .await;
-                ready = CondSpec::new("Ready", false, "BookingRefused", &message);
-            }
-            Err(e) => return Err(e.into()),
-        }
+        let ready = create_booking(ctx, sched, bookings, fire, status).await?;
         status.last_fire_time = Some(format_rfc3339(fire));
-    } else if let Some(missed) = plan.skipped {
+        return Ok(ready);
+    }
+    if let Some(missed) = plan.skipped {
         let message = format!(
             "missed the fire at {} (the controller was not running); skipped because {}",
             format_rfc3339(missed),
@@ -225,41 +120,91 @@ pub async fn reconcile(
                 "its booking would already have ended"
             }
         );
-        publish(
-            &ctx,
-            &sched,
-            EventType::Warning,
-            "MissedFire",
-            "CreateBooking",
-            message.clone(),
-        )
-        .await;
-        ready = CondSpec::new("Ready", true, "MissedFire", &message);
+        ctx.events
+            .publish(sched, true, "MissedFire", "CreateBooking", message.clone())
+            .await;
         status.last_fire_time = Some(format_rfc3339(missed));
-    } else if let Some(previous) = old.conditions.iter().find(|c| c.type_ == "Ready") {
-        // Keep the last outcome visible until the next fire.
-        ready = CondSpec::new(
-            "Ready",
-            previous.status == "True",
-            &previous.reason,
-            &previous.message,
-        );
+        return Ok(CondSpec::new("Ready", true, "MissedFire", &message));
     }
+    // Keep the last outcome visible until the next fire.
+    Ok(
+        match status.conditions.iter().find(|c| c.type_ == "Ready") {
+            Some(previous) => CondSpec::new(
+                "Ready",
+                previous.status == "True",
+                &previous.reason,
+                &previous.message,
+            ),
+            None => CondSpec::new("Ready", true, "Scheduled", "waiting for the next fire time"),
+        },
+    )
+}
 
-    if let Some(limit) = sched.spec.finished_bookings_history_limit {
-        prune_history(&bookings, &name, limit as usize, now).await?;
+/// Creates the booking of the fire at `fire`; AlreadyExists counts as created (a retry, a
+/// restart or a second replica can only create the same object).
+async fn create_booking(
+    ctx: &Context,
+    sched: &BookingScheduler,
+    bookings: &Api<Booking>,
+    fire: DateTime<Utc>,
+    status: &mut BookingSchedulerStatus,
+) -> Result<CondSpec> {
+    let name = sched.name_any();
+    let booking_name = booking_name(&name, fire);
+    let booking = Booking {
+        metadata: ObjectMeta {
+            name: Some(booking_name.clone()),
+            namespace: sched.namespace(),
+            labels: Some(BTreeMap::from([(
+                SCHEDULER_LABEL.to_owned(),
+                scheduler_label_value(&name),
+            )])),
+            ..ObjectMeta::default()
+        },
+        spec: booking_for_fire(&sched.spec, fire),
+        status: None,
+    };
+    let at = format_rfc3339(fire);
+    match bookings.create(&post_params(), &booking).await {
+        Ok(_) => {
+            tracing::info!(booking = %booking_name, fire = %fire, "created booking");
+            let note = format!("created booking {booking_name} for the fire at {at}");
+            ctx.events
+                .publish(sched, false, "BookingCreated", "CreateBooking", note)
+                .await;
+            let message = format!("created booking {booking_name}");
+            status.last_booking = Some(booking_name);
+            Ok(CondSpec::new("Ready", true, "Scheduled", &message))
+        }
+        Err(kube::Error::Api(e)) if e.is_already_exists() => {
+            status.last_booking = Some(booking_name);
+            Ok(CondSpec::new(
+                "Ready",
+                true,
+                "Scheduled",
+                "waiting for the next fire time",
+            ))
+        }
+        // Refused by admission (e.g. it overlaps another booking): retrying cannot help, so
+        // the fire is recorded as handled and the reason is shown.
+        Err(kube::Error::Api(e)) if (400..500).contains(&e.code) => {
+            let message = format!(
+                "booking {booking_name} for the fire at {at} was refused: {}",
+                e.message
+            );
+            ctx.events
+                .publish(
+                    sched,
+                    true,
+                    "BookingRefused",
+                    "CreateBooking",
+                    message.clone(),
+                )
+                .await;
+            Ok(CondSpec::new("Ready", false, "BookingRefused", &message))
+        }
+        Err(e) => Err(e.into()),
     }
-
-    status.next = plan.next.map(format_rfc3339);
-    status.observed_generation = sched.metadata.generation;
-    status.conditions = merge(&old.conditions, &[ready], sched.metadata.generation, now);
-    if status != old {
-        patch_status(&ctx.client, &ns, &name, &status).await?;
-    }
-    Ok(match plan.next {
-        Some(next) => Action::requeue((next - now).to_std().unwrap_or(StdDuration::ZERO)),
-        None => Action::await_change(),
-    })
 }
 
 /// Deletes the oldest FINISHED bookings of a scheduler beyond `keep`.
@@ -268,7 +213,7 @@ async fn prune_history(
     scheduler: &str,
     keep: usize,
     now: DateTime<Utc>,
-) -> Result<(), SchedulerError> {
+) -> Result<()> {
     let selector = format!("{SCHEDULER_LABEL}={}", scheduler_label_value(scheduler));
     let list = bookings
         .list(&ListParams::default().labels(&selector))
@@ -295,60 +240,4 @@ async fn prune_history(
         }
     }
     Ok(())
-}
-
-async fn patch_status(
-    client: &kube::Client,
-    ns: &str,
-    name: &str,
-    status: &BookingSchedulerStatus,
-) -> Result<(), SchedulerError> {
-    let api: Api<BookingScheduler> = Api::namespaced(client.clone(), ns);
-    let mut value =
-        serde_json::to_value(status).map_err(|e| SchedulerError::Malformed(e.to_string()))?;
-    if let Some(map) = value.as_object_mut() {
-        // A merge patch only clears a field that is sent as null.
-        map.entry("next").or_insert(serde_json::Value::Null);
-    }
-    api.patch_status(
-        name,
-        &super::patch_params(),
-        &Patch::Merge(serde_json::json!({ "status": value })),
-    )
-    .await?;
-    Ok(())
-}
-
-async fn publish(
-    ctx: &SchedulerContext,
-    sched: &BookingScheduler,
-    type_: EventType,
-    reason: &str,
-    action: &str,
-    note: String,
-) {
-    let event = Event {
-        type_,
-        reason: reason.to_owned(),
-        note: Some(note),
-        action: action.to_owned(),
-        secondary: None,
-    };
-    if let Err(e) = ctx.recorder.publish(&event, &sched.object_ref(&())).await {
-        tracing::warn!(error = %e, reason, "could not publish event");
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn label_values_stay_valid() {
-        assert_eq!(scheduler_label_value("nightly"), "nightly");
-        let long = "s".repeat(100);
-        let v = scheduler_label_value(&long);
-        assert!(v.len() <= 63, "{v}");
-        assert_ne!(v, scheduler_label_value(&format!("{long}x")));
-    }
 }

@@ -451,7 +451,6 @@ fn overlap_message_names_other_booking_user_and_times() {
             Utc.with_ymd_and_hms(2030, 6, 1, 15, 0, 0).unwrap(),
         )
         .unwrap(),
-        created_at: None,
         deleting: false,
     };
     let v = overlap_violation(

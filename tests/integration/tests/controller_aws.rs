@@ -8,7 +8,7 @@ use booking_controller::aws::executor::{Executor, Target};
 use booking_controller::aws::inventory::Inventory;
 use booking_controller::aws::sdk::SdkClients;
 use booking_controller::metrics::Metrics;
-use booking_controller::model::{InventoryKey, Kind};
+use booking_controller::model::{InventoryKey, ProviderType};
 use booking_controller::tags::TagKeys;
 use booking_harness::TestDir;
 use booking_harness::aws_query::Service;
@@ -17,7 +17,7 @@ use booking_tests::e2e::ec2_in;
 
 use booking_tests::e2e::OTHER_REGION;
 
-fn key(kind: Kind, region: &str) -> InventoryKey {
+fn key(kind: ProviderType, region: &str) -> InventoryKey {
     InventoryKey {
         kind,
         region: region.to_owned(),
@@ -153,9 +153,9 @@ async fn inventory_covers_both_key_forms_two_regions_and_rds_with_one_call_per_p
     s.moto.start_recording().await.unwrap();
     let keys = TagKeys::default();
     for k in [
-        key(Kind::Ec2, moto::REGION),
-        key(Kind::Ec2, OTHER_REGION),
-        key(Kind::Rds, moto::REGION),
+        key(ProviderType::Ec2, moto::REGION),
+        key(ProviderType::Ec2, OTHER_REGION),
+        key(ProviderType::Rds, moto::REGION),
     ] {
         s.inventory.refresh(&k).await.expect("refresh");
     }
@@ -172,7 +172,10 @@ async fn inventory_covers_both_key_forms_two_regions_and_rds_with_one_call_per_p
     );
     assert_eq!(counts.total(), 3, "no other calls");
 
-    let home_snap = s.inventory.snapshot(&key(Kind::Ec2, moto::REGION)).unwrap();
+    let home_snap = s
+        .inventory
+        .snapshot(&key(ProviderType::Ec2, moto::REGION))
+        .unwrap();
     assert!(home_snap.complete);
     let groups: Vec<String> = home_snap.groups(&keys).into_iter().collect();
     assert_eq!(groups, vec!["analytics", "web"]);
@@ -193,7 +196,10 @@ async fn inventory_covers_both_key_forms_two_regions_and_rds_with_one_call_per_p
             .all(|m| m.state == "running")
     );
 
-    let away_snap = s.inventory.snapshot(&key(Kind::Ec2, OTHER_REGION)).unwrap();
+    let away_snap = s
+        .inventory
+        .snapshot(&key(ProviderType::Ec2, OTHER_REGION))
+        .unwrap();
     let away_ids: Vec<String> = away_snap
         .group(&keys, "analytics")
         .into_iter()
@@ -201,7 +207,10 @@ async fn inventory_covers_both_key_forms_two_regions_and_rds_with_one_call_per_p
         .collect();
     assert_eq!(away_ids.len(), remote.len());
 
-    let rds = s.inventory.snapshot(&key(Kind::Rds, moto::REGION)).unwrap();
+    let rds = s
+        .inventory
+        .snapshot(&key(ProviderType::Rds, moto::REGION))
+        .unwrap();
     let reports = rds.group(&keys, "reports");
     assert_eq!(reports.len(), 1, "{:?}", rds.members);
     assert_eq!(reports[0].id, "reports-db");
@@ -224,7 +233,7 @@ async fn targeted_refresh_sees_a_freshly_tagged_group_with_one_call() {
     )
     .await
     .unwrap();
-    let k = key(Kind::Ec2, moto::REGION);
+    let k = key(ProviderType::Ec2, moto::REGION);
     s.inventory.refresh(&k).await.unwrap();
     let fresh = moto::seed_ec2_instances(
         &home,
@@ -301,16 +310,16 @@ async fn executor_stops_starts_and_tags_ec2_in_batches_and_rds_per_db() {
     s.moto.start_recording().await.unwrap();
     // Two groups stopping at the same moment share one StopInstances call.
     let (ra, rb) = tokio::join!(
-        s.executor.stop(Kind::Ec2, moto::REGION, &a, false),
-        s.executor.stop(Kind::Ec2, moto::REGION, &b, true),
+        s.executor.stop(ProviderType::Ec2, moto::REGION, &a, false),
+        s.executor.stop(ProviderType::Ec2, moto::REGION, &b, true),
     );
     assert!(
         ra.iter().chain(&rb).all(|(_, r)| r.is_ok()),
         "{ra:?} {rb:?}"
     );
     let (ra, rb) = tokio::join!(
-        s.executor.start(Kind::Ec2, moto::REGION, &a[..2]),
-        s.executor.start(Kind::Ec2, moto::REGION, &b),
+        s.executor.start(ProviderType::Ec2, moto::REGION, &a[..2]),
+        s.executor.start(ProviderType::Ec2, moto::REGION, &b),
     );
     assert!(ra.iter().chain(&rb).all(|(_, r)| r.is_ok()));
     let counts = s.moto.action_counts().await.unwrap();
@@ -349,7 +358,7 @@ async fn executor_stops_starts_and_tags_ec2_in_batches_and_rds_per_db() {
     ];
     let out = s
         .executor
-        .tag(Kind::Ec2, moto::REGION, &targets, &lock)
+        .tag(ProviderType::Ec2, moto::REGION, &targets, &lock)
         .await;
     assert!(out.iter().all(|(_, r)| r.is_ok()));
     let tags = tags_of(&home, &a[0]).await;
@@ -359,7 +368,7 @@ async fn executor_stops_starts_and_tags_ec2_in_batches_and_rds_per_db() {
     );
     s.executor
         .untag(
-            Kind::Ec2,
+            ProviderType::Ec2,
             moto::REGION,
             &targets[0],
             &[
@@ -379,7 +388,7 @@ async fn executor_stops_starts_and_tags_ec2_in_batches_and_rds_per_db() {
         .unwrap();
     let out = s
         .executor
-        .stop(Kind::Rds, moto::REGION, &["db-one".into()], false)
+        .stop(ProviderType::Rds, moto::REGION, &["db-one".into()], false)
         .await;
     assert!(out[0].1.is_ok(), "{out:?}");
     let target = Target {
@@ -389,7 +398,7 @@ async fn executor_stops_starts_and_tags_ec2_in_batches_and_rds_per_db() {
     let out = s
         .executor
         .tag(
-            Kind::Rds,
+            ProviderType::Rds,
             moto::REGION,
             std::slice::from_ref(&target),
             &lock,
@@ -411,13 +420,13 @@ async fn executor_stops_starts_and_tags_ec2_in_batches_and_rds_per_db() {
     );
     let out = s
         .executor
-        .start(Kind::Rds, moto::REGION, &["db-one".into()])
+        .start(ProviderType::Rds, moto::REGION, &["db-one".into()])
         .await;
     assert!(out[0].1.is_ok());
     // Starting a DB that is not stopped is refused with AWS's code, for the plan to retry.
     let out = s
         .executor
-        .start(Kind::Rds, moto::REGION, &["db-one".into()])
+        .start(ProviderType::Rds, moto::REGION, &["db-one".into()])
         .await;
     let err = out[0].1.as_ref().expect_err("start of an available DB");
     assert!(err.code.starts_with("InvalidDBInstanceState"), "{err:?}");

@@ -2218,7 +2218,8 @@ async fn kustomize_install_is_accepted_admitted_least_privileged_and_drift_free(
             "observedGeneration": 1}],
     }))
     .unwrap();
-    booking_controller::reconcile::patch_status(&api, &name, &status, &["notificationsSent"])
+    let stored = api.get(&name).await.expect("the booking as stored");
+    booking_controller::reconcile::write_status_with(&api.clone().into_client(), &stored, &status)
         .await
         .expect("the controller's service account writes a Booking's status");
     let served = p.get(&["booking", &name, "-n", "team-a", "--show-managed-fields"]);
@@ -2239,7 +2240,7 @@ async fn kustomize_install_is_accepted_admitted_least_privileged_and_drift_free(
     for m in controller {
         assert_eq!(
             m["manager"],
-            booking_controller::reconcile::FIELD_MANAGER,
+            booking_controller::context::FIELD_MANAGER,
             "the controller's writes carry its own field manager: {m}"
         );
         assert_eq!(m["subresource"], "status", "{m}");

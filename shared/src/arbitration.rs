@@ -11,11 +11,11 @@
 //! booking can never release a Resource that another booking holds, and deleting a booking
 //! releases the Resource without a finalizer.
 
-use std::collections::BTreeMap;
-
-use booking_shared::api::{BookingPhase, BookingSpec};
-use booking_shared::time::Slot;
 use chrono::{DateTime, Utc};
+
+use crate::api::{Booking, BookingPhase, BookingSpec};
+use crate::overlap::SlotMap;
+use crate::time::{Slot, kube_time};
 
 /// What arbitration needs to know of one Booking.
 #[derive(Debug, Clone, PartialEq)]
@@ -48,6 +48,24 @@ impl BookingView {
             deleting,
         }
     }
+
+    /// The view of a stored Booking object.
+    pub fn of(b: &Booking) -> Self {
+        Self::new(
+            b.metadata.name.as_deref().unwrap_or_default(),
+            b.metadata.creation_timestamp.as_ref().map(kube_time),
+            &b.spec,
+            b.metadata.deletion_timestamp.is_some(),
+        )
+    }
+
+    /// The order in which bookings claim a Resource: the earlier created first, then by name;
+    /// a booking not stored yet (no creation time) after every stored one. The one tie-break
+    /// rule of the project: the webhook never has to break a tie (a stored booking always holds
+    /// against the request that would overlap it).
+    pub fn precedence(&self) -> (bool, Option<DateTime<Utc>>, &str) {
+        (self.created.is_none(), self.created, self.name.as_str())
+    }
 }
 
 /// The decision for one booking.
@@ -79,19 +97,14 @@ pub struct Holder {
 /// Decides the phase of every booking of one Resource at `now`. The result is in input order.
 pub fn arbitrate(bookings: &[BookingView], now: DateTime<Utc>) -> Vec<Verdict> {
     let mut order: Vec<usize> = (0..bookings.len()).collect();
-    fn key(v: &BookingView) -> (bool, Option<DateTime<Utc>>, &str) {
-        (v.created.is_none(), v.created, v.name.as_str())
-    }
-    order.sort_by(|&a, &b| key(&bookings[a]).cmp(&key(&bookings[b])));
-    // The accepted slots, by start: they never overlap each other (and none is empty), so
-    // their ends ascend with their starts, and the slots overlapping [s, e) are the ones
-    // just before e that end after s. O(log n) per booking instead of a scan of all accepted.
-    // start -> (end, rank in creation order, index in `bookings`)
-    let mut accepted: BTreeMap<DateTime<Utc>, (DateTime<Utc>, usize, usize)> = BTreeMap::new();
+    order.sort_by(|&a, &b| bookings[a].precedence().cmp(&bookings[b].precedence()));
+    // The accepted slots, with their rank in precedence order: a booking loses to the
+    // first-ranked accepted booking it overlaps. O(log n + k) per booking.
+    let mut accepted: SlotMap<usize> = SlotMap::default();
     let mut verdicts: Vec<Option<Verdict>> = vec![None; bookings.len()];
     for (rank, i) in order.into_iter().enumerate() {
         let b = &bookings[i];
-        let verdict = match &b.slot {
+        verdicts[i] = Some(match &b.slot {
             Err(reason) => Verdict {
                 name: b.name.clone(),
                 phase: None,
@@ -100,22 +113,18 @@ pub fn arbitrate(bookings: &[BookingView], now: DateTime<Utc>) -> Vec<Verdict> {
                 next_boundary: None,
             },
             Ok(slot) => {
-                // The earliest-accepted booking among those overlapping.
                 let winner = if b.deleting {
                     None
                 } else {
                     accepted
-                        .range(..slot.end)
-                        .rev()
-                        .take_while(|(_, (end, _, _))| *end > slot.start)
-                        .min_by_key(|(_, (_, rank, _))| *rank)
-                        .map(|(_, (_, _, idx))| bookings[*idx].name.clone())
+                        .overlapping(*slot)
+                        .min_by_key(|(_, rank)| **rank)
+                        .map(|(name, _)| name.to_owned())
                 };
                 if winner.is_none() && !b.deleting {
-                    accepted.insert(slot.start, (slot.end, rank, i));
+                    accepted.insert(*slot, &b.name, rank);
                 }
-                let clock_phase = slot.phase_at(now);
-                let phase = match (&winner, clock_phase) {
+                let phase = match (&winner, slot.phase_at(now)) {
                     (Some(_), BookingPhase::InProgress) => BookingPhase::Conflict,
                     (_, p) => p,
                 };
@@ -127,10 +136,14 @@ pub fn arbitrate(bookings: &[BookingView], now: DateTime<Utc>) -> Vec<Verdict> {
                     next_boundary: slot.next_boundary(now),
                 }
             }
-        };
-        verdicts[i] = Some(verdict);
+        });
     }
     verdicts.into_iter().flatten().collect()
+}
+
+/// The booking holding a Resource at `now` among `bookings` (all of the Resource's).
+pub fn holder_at(bookings: &[BookingView], now: DateTime<Utc>) -> Option<Holder> {
+    holder(bookings, &arbitrate(bookings, now))
 }
 
 /// The accepted booking IN PROGRESS at `now`, if any (at most one exists by construction).

@@ -1,0 +1,288 @@
+//! The one [`Context`] of every reconciler: the Kubernetes client, the clock, the metrics, the
+//! Event sink, the bound on API writes and the per-object retry backoff, beside the state each
+//! reconciler keeps (the AWS layer and the caches for Resources, the senders for notifications).
+//! Built once by `run` (and by tests, from [`Settings`]).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use booking_shared::api::Resource;
+use booking_shared::time::Clock;
+use chrono::{DateTime, Utc};
+use kube::api::{PatchParams, PostParams};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector::Store;
+use tokio::sync::{Semaphore, SemaphorePermit};
+
+use crate::aws::executor::Executor;
+use crate::aws::inventory::Inventory;
+use crate::aws::sdk::SdkClients;
+use crate::backoff::Backoff;
+use crate::fanout::Synced;
+use crate::index::BookingIndex;
+use crate::metrics::Metrics;
+use crate::notify::Notifiers;
+use crate::plan::Attempt;
+use crate::tags::TagKeys;
+
+/// The field manager of every write of the controller, so that `managedFields` (and Argo CD's
+/// diff) tell its writes apart from any other client's.
+pub const FIELD_MANAGER: &str = "booking-controller";
+
+/// Parameters of the controller's patches: its field manager.
+pub fn patch_params() -> PatchParams {
+    PatchParams {
+        field_manager: Some(FIELD_MANAGER.to_owned()),
+        ..PatchParams::default()
+    }
+}
+
+/// Parameters of the controller's creates and replaces: its field manager.
+pub fn post_params() -> PostParams {
+    PostParams {
+        field_manager: Some(FIELD_MANAGER.to_owned()),
+        ..PostParams::default()
+    }
+}
+
+/// What a [`Context`] is built from.
+pub struct Settings {
+    /// This replica's identity (Events' reporting instance, the Lease holder).
+    pub identity: String,
+    /// The AWS SDK configuration (credentials, retries); clients per region derive from it.
+    pub aws: aws_config::SdkConfig,
+    /// Region of Resources without `spec.region`.
+    pub default_region: String,
+    /// Tag keys.
+    pub tag_keys: TagKeys,
+    /// How long the executor gathers starts and stops into one AWS call.
+    pub batch_window: Duration,
+    /// Minimum time between two targeted refreshes of one Resource's group.
+    pub targeted_min_interval: chrono::Duration,
+    /// Bound on concurrent Kubernetes API writes (status patches, Events); 0 for none.
+    pub max_concurrent_writes: usize,
+    /// The notification senders.
+    pub notifiers: Notifiers,
+}
+
+/// The caches the reconcilers read, filled by the watches `run` wires.
+#[derive(Clone)]
+pub struct Caches {
+    /// The Bookings of each Resource.
+    pub index: Arc<BookingIndex>,
+    /// All Resources in scope.
+    pub resources: Store<Resource>,
+    /// Whether `resources` holds its first full list.
+    pub resources_synced: Arc<Synced>,
+}
+
+/// The Resource reconciler's own state: the AWS layer and its memory of actions.
+pub struct Groups {
+    /// Shared AWS inventories.
+    pub inventory: Arc<Inventory>,
+    /// AWS actions.
+    pub executor: Arc<Executor>,
+    /// Tag keys.
+    pub keys: TagKeys,
+    /// Region of Resources without `spec.region`.
+    pub default_region: String,
+    /// Last action per member ID.
+    pub attempts: Mutex<BTreeMap<String, Attempt>>,
+    /// Last targeted refresh per Resource (`ns/name`), to bound them.
+    pub targeted: Mutex<BTreeMap<String, DateTime<Utc>>>,
+    /// Minimum time between two targeted refreshes of one Resource.
+    pub targeted_min_interval: chrono::Duration,
+    /// Retry policy of failed members.
+    pub backoff: Backoff,
+}
+
+/// Everything the reconcilers use.
+pub struct Context {
+    /// Kubernetes client.
+    pub client: kube::Client,
+    /// The clock every reconciler reads.
+    pub clock: Clock,
+    /// Metrics.
+    pub metrics: Metrics,
+    /// The one Event sink.
+    pub events: Events,
+    /// Bounds the Kubernetes API writes (status patches, Events) of reconciles that are not
+    /// bounded themselves (Resources), so that 1,000 Resources acting together open tens of
+    /// connections to the API server, not 1,000.
+    api_writes: Arc<Semaphore>,
+    /// Consecutive failed reconciles per object, for the error policy's backoff.
+    retries: Mutex<HashMap<String, u32>>,
+    /// Backoff of failed reconciles.
+    pub retry_backoff: Backoff,
+    /// The caches.
+    pub caches: Caches,
+    /// The Resource reconciler's state.
+    pub groups: Groups,
+    /// The notification senders.
+    pub notifiers: Notifiers,
+    /// Consecutive failed sends per booking uid and when the next attempt may happen.
+    pub notification_failures: Mutex<BTreeMap<String, (u32, DateTime<Utc>)>>,
+    /// Backoff of failed notifications (30 s doubling to 10 min).
+    pub notification_backoff: Backoff,
+}
+
+impl Context {
+    /// The context of `settings`, reading `caches`. Spawns the executor's batcher.
+    pub fn new(
+        client: kube::Client,
+        clock: Clock,
+        metrics: Metrics,
+        caches: Caches,
+        settings: Settings,
+    ) -> (Arc<Self>, Arc<Inventory>) {
+        let clients = Arc::new(SdkClients::new(settings.aws, metrics.clone()));
+        let inventory = Arc::new(Inventory::new(
+            clients.clone(),
+            clients.clone(),
+            settings.tag_keys.clone(),
+            metrics.clone(),
+        ));
+        let executor = Arc::new(Executor::new(
+            clients.clone(),
+            clients,
+            settings.batch_window,
+        ));
+        let api_writes = Arc::new(Semaphore::new(match settings.max_concurrent_writes {
+            0 => Semaphore::MAX_PERMITS,
+            n => n,
+        }));
+        let recorder = Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: FIELD_MANAGER.into(),
+                instance: Some(settings.identity),
+            },
+        );
+        let ctx = Self {
+            client,
+            clock,
+            metrics,
+            events: Events {
+                recorder,
+                writes: api_writes.clone(),
+            },
+            api_writes,
+            retries: Mutex::default(),
+            retry_backoff: Backoff::new(Duration::from_secs(1), Duration::from_secs(300)),
+            caches,
+            groups: Groups {
+                inventory: inventory.clone(),
+                executor,
+                keys: settings.tag_keys,
+                default_region: settings.default_region,
+                attempts: Mutex::default(),
+                targeted: Mutex::default(),
+                targeted_min_interval: settings.targeted_min_interval,
+                backoff: Backoff::default(),
+            },
+            notifiers: settings.notifiers,
+            notification_failures: Mutex::default(),
+            notification_backoff: Backoff::new(Duration::from_secs(30), Duration::from_secs(600)),
+        };
+        (Arc::new(ctx), inventory)
+    }
+
+    /// Now, by the context's clock.
+    pub fn now(&self) -> DateTime<Utc> {
+        (self.clock)()
+    }
+
+    /// The delay from now until `at` (zero when it has passed).
+    pub fn until(&self, at: DateTime<Utc>) -> Duration {
+        (at - self.now()).to_std().unwrap_or_default()
+    }
+
+    /// Waits for a turn to write to the Kubernetes API; see [`Context::api_writes`].
+    pub async fn api_write_permit(&self) -> Option<SemaphorePermit<'_>> {
+        // The semaphore is never closed; a closed one would only lift the bound.
+        self.api_writes.acquire().await.ok()
+    }
+
+    /// Waits until the Booking and Resource caches (and the index of bookings) hold their
+    /// first full list: until then an empty cache would read as "no bookings" and stop a group
+    /// that is booked. Returns at once afterwards.
+    pub async fn caches_ready(&self) {
+        self.caches.index.wait_ready().await;
+        self.caches.resources_synced.wait().await;
+    }
+
+    /// Records one more failed reconcile of `key` and returns the delay before the next try.
+    pub fn retry_after_failure(&self, key: &str) -> Duration {
+        let mut map = self.retries.lock().unwrap_or_else(|p| p.into_inner());
+        let count = map.entry(key.to_owned()).or_insert(0);
+        *count = count.saturating_add(1);
+        self.retry_backoff.delay(*count)
+    }
+
+    /// Forgets the failures of `key` after a reconcile that succeeded.
+    pub fn reconciled_ok(&self, key: &str) {
+        let mut map = self.retries.lock().unwrap_or_else(|p| p.into_inner());
+        if !map.is_empty() {
+            map.remove(key);
+        }
+    }
+}
+
+/// The one Event sink: notes bounded to the API's limit, each write taking a turn of the
+/// context's API-write bound.
+pub struct Events {
+    recorder: Recorder,
+    writes: Arc<Semaphore>,
+}
+
+/// Longest Event note the API server stores.
+const MAX_NOTE: usize = 1000;
+
+impl Events {
+    /// Publishes an Event about `obj`; a failure to publish is logged (the action it reports
+    /// already happened and its outcome is in the status).
+    pub async fn publish<K>(&self, obj: &K, warning: bool, reason: &str, action: &str, note: String)
+    where
+        K: kube::Resource<DynamicType = ()>,
+    {
+        let ev = Event {
+            type_: if warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: reason.to_owned(),
+            note: Some(truncate(note, MAX_NOTE)),
+            action: action.to_owned(),
+            secondary: None,
+        };
+        let _turn = self.writes.acquire().await.ok();
+        if let Err(e) = self.recorder.publish(&ev, &obj.object_ref(&())).await {
+            tracing::warn!(error = %e, reason, "could not publish event");
+        }
+    }
+}
+
+fn truncate(mut s: String, max: usize) -> String {
+    if s.len() > max {
+        let mut cut = max;
+        while !s.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        s.truncate(cut);
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::truncate;
+
+    #[test]
+    fn notes_are_cut_on_a_character_boundary() {
+        assert_eq!(truncate("abc".into(), 10), "abc");
+        assert_eq!(truncate("äöü".into(), 3), "ä");
+        assert_eq!(truncate("x".repeat(2000), 1000).len(), 1000);
+    }
+}

@@ -1,0 +1,190 @@
+//! Which reconciles a watch event wakes (pure; `run` only wires them to the controllers).
+//!
+//! - A change of a Booking wakes its Resource (and the Resource it named before), and — when the
+//!   change may alter arbitration (a slot moved, a booking went away) — every booking of those
+//!   Resources: [`BookingIndex`]'s [`Change`] says which.
+//! - A Resource's appearance or deletion wakes the bookings naming it (they report whether their
+//!   Resource exists); its other changes (the status of every start and stop) do not:
+//!   [`ResourceTriggers`].
+
+use std::collections::HashSet;
+
+use booking_shared::api::{Booking, Resource};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher::Event;
+
+use crate::index::{BookingIndex, Change};
+
+/// The Resources and Bookings to reconcile for a change of the booking index.
+pub fn of_booking_change(
+    index: &BookingIndex,
+    change: Change,
+) -> (Vec<ObjectRef<Resource>>, Vec<ObjectRef<Booking>>) {
+    let bookings = change
+        .rearbitrate
+        .iter()
+        .flat_map(|r| index.of_resource(r))
+        .collect();
+    (change.resources.into_iter().collect(), bookings)
+}
+
+/// Remembers which Resources exist, to tell an appearance from an update.
+#[derive(Default)]
+pub struct ResourceTriggers {
+    known: HashSet<ObjectRef<Resource>>,
+}
+
+impl ResourceTriggers {
+    /// The Resources whose bookings a Resource watch event concerns. After a full list
+    /// (`relisted`, the Resources now known) every Resource named by a booking
+    /// (`named_by_bookings`) is concerned: any of them may have come or gone meanwhile.
+    pub fn on_event(
+        &mut self,
+        event: &Event<Resource>,
+        relisted: impl FnOnce() -> Vec<ObjectRef<Resource>>,
+        named_by_bookings: impl FnOnce() -> Vec<ObjectRef<Resource>>,
+    ) -> Vec<ObjectRef<Resource>> {
+        match event {
+            Event::Apply(r) => {
+                let key = ObjectRef::from_obj(r);
+                if self.known.insert(key.clone()) {
+                    vec![key]
+                } else {
+                    Vec::new()
+                }
+            }
+            Event::Delete(r) => {
+                let key = ObjectRef::from_obj(r);
+                self.known.remove(&key);
+                vec![key]
+            }
+            Event::InitDone => {
+                self.known = relisted().into_iter().collect();
+                named_by_bookings()
+            }
+            Event::Init | Event::InitApply(_) => Vec::new(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use booking_shared::api::{BookingSpec, ResourceSpec};
+
+    fn resource(name: &str, status_running: u32) -> Resource {
+        let mut r = Resource::new(name, ResourceSpec::default());
+        r.metadata.namespace = Some("team".into());
+        r.status = Some(booking_shared::api::ResourceStatus {
+            running: status_running,
+            ..Default::default()
+        });
+        r
+    }
+
+    fn key(name: &str) -> ObjectRef<Resource> {
+        ObjectRef::new(name).within("team")
+    }
+
+    #[test]
+    fn only_appearance_deletion_and_relists_of_resources_wake_bookings() {
+        let mut t = ResourceTriggers::default();
+        let none = Vec::new;
+        struct Step {
+            what: &'static str,
+            event: Event<Resource>,
+            want: Vec<ObjectRef<Resource>>,
+        }
+        let steps = [
+            Step {
+                what: "appears",
+                event: Event::Apply(resource("a", 0)),
+                want: vec![key("a")],
+            },
+            Step {
+                what: "its status changes",
+                event: Event::Apply(resource("a", 2)),
+                want: vec![],
+            },
+            Step {
+                what: "deleted",
+                event: Event::Delete(resource("a", 2)),
+                want: vec![key("a")],
+            },
+            Step {
+                what: "appears again",
+                event: Event::Apply(resource("a", 0)),
+                want: vec![key("a")],
+            },
+            Step {
+                what: "a relist starts",
+                event: Event::Init,
+                want: vec![],
+            },
+            Step {
+                what: "a relisted object",
+                event: Event::InitApply(resource("b", 0)),
+                want: vec![],
+            },
+        ];
+        for s in steps {
+            assert_eq!(t.on_event(&s.event, none, none), s.want, "{}", s.what);
+        }
+        // After the relist, every Resource named by a booking is concerned, and the relisted
+        // ones are known: their next update is not an appearance.
+        let named = t.on_event(
+            &Event::InitDone,
+            || vec![key("b")],
+            || vec![key("a"), key("c")],
+        );
+        assert_eq!(named, [key("a"), key("c")]);
+        assert!(
+            t.on_event(&Event::Apply(resource("b", 1)), none, none)
+                .is_empty()
+        );
+        assert_eq!(
+            t.on_event(&Event::Apply(resource("a", 1)), none, none),
+            [key("a")]
+        );
+    }
+
+    #[test]
+    fn a_moved_booking_wakes_both_resources_and_their_bookings() {
+        let index = BookingIndex::default();
+        let booking = |name: &str, resource: &str, start: &str| {
+            let mut b = Booking::new(
+                name,
+                BookingSpec {
+                    resource_name: resource.into(),
+                    start_at: start.into(),
+                    end_at: "2031-01-10T12:00:00Z".into(),
+                    user_id: "ann".into(),
+                    notifications: vec![],
+                },
+            );
+            b.metadata.namespace = Some("team".into());
+            b
+        };
+        let _ = index.rebuild([
+            &booking("one", "a", "2031-01-10T10:00:00Z"),
+            &booking("two", "b", "2031-01-10T10:00:00Z"),
+        ]);
+        // A status-only change wakes the Resource, no booking.
+        let (resources, bookings) = of_booking_change(
+            &index,
+            index.apply(&booking("one", "a", "2031-01-10T10:00:00Z")),
+        );
+        assert_eq!(resources, [key("a")]);
+        assert!(bookings.is_empty());
+        // Moving "one" from a to b wakes both Resources and every booking of both.
+        let (mut resources, mut bookings) = of_booking_change(
+            &index,
+            index.apply(&booking("one", "b", "2031-01-10T10:00:00Z")),
+        );
+        resources.sort_by_key(|r| r.name.clone());
+        bookings.sort_by_key(|b| b.name.clone());
+        assert_eq!(resources, [key("a"), key("b")]);
+        let names: Vec<&str> = bookings.iter().map(|b| b.name.as_str()).collect();
+        assert_eq!(names, ["one", "two"]);
+    }
+}
