@@ -189,10 +189,8 @@ fn lock_of(m: &Member, keys: &TagKeys) -> Option<Lock> {
 /// Computes the plan. See the module documentation for the rules.
 pub fn plan(input: &PlanInput<'_>) -> Plan {
     let now = input.now;
-    let kind = input.kind;
     let mut out = Plan::default();
     let mut requeue: Vec<DateTime<Utc>> = Vec::new();
-
     // Desired state: a booking first, then the manual booking of the spec.
     let manual = manual_holder(input.spec, now);
     let holder = input
@@ -206,65 +204,24 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
         out.summary.holder_user = Some(h.user.clone());
         out.summary.holder_until = Some(format_rfc3339(h.until));
     }
-    let spec_problem = manual.as_ref().err().cloned();
-
     let Some(members) = input.members else {
-        out.conditions = vec![
-            CondSpec::new(
-                "Ready",
-                false,
-                "InventoryPending",
-                "the group has not been observed in AWS yet",
-            ),
-            CondSpec::new(
-                "Synced",
-                false,
-                "InventoryPending",
-                "waiting for the first inventory of this type and region",
-            ),
-        ];
+        out.conditions = inventory_pending();
         out.requeue_at = requeue.into_iter().min();
         return out;
     };
+    let kind = input.kind;
     let live: Vec<&Member> = members.iter().filter(|m| !kind.is_gone(&m.state)).collect();
-    out.summary.instances = live.len() as u32;
-    out.summary.running = live
-        .iter()
-        .filter(|m| m.state == kind.running_state())
-        .count() as u32;
-    out.summary.state = Some(ResourceState::from_counts(
-        out.summary.instances,
-        out.summary.running,
-    ));
-
-    // Locks: a lock is ours when this Resource wrote it, or when it is the holder's own user.
-    let locks: Vec<(&Member, Lock)> = live
-        .iter()
-        .filter_map(|m| lock_of(m, input.keys).map(|l| (*m, l)))
-        .collect();
-    let is_foreign = |l: &Lock| {
-        let unexpired = l.until.is_some_and(|u| u > now);
-        let ours = l.owner.as_deref() == Some(input.owner)
-            || holder.as_ref().is_some_and(|h| h.user == l.by);
-        unexpired && !ours
-    };
-    let foreign = locks.iter().find(|(_, l)| is_foreign(l));
-    if let Some((_, l)) = foreign.or(locks.first()) {
+    count(&mut out.summary, kind, &live);
+    let locks = Locks::of(input, &live, holder.as_ref());
+    if let Some((_, l)) = locks.foreign().or(locks.all.first()) {
         out.summary.locked_by = Some(l.by.clone());
         out.summary.locked_until = (!l.until_raw.is_empty()).then(|| l.until_raw.clone());
     }
-
     let managed: Vec<&Member> = live.iter().copied().filter(|m| m.asg().is_none()).collect();
-    let asg: Vec<&Member> = live.iter().copied().filter(|m| m.asg().is_some()).collect();
-
-    let mut degraded: Vec<String> = Vec::new();
-    let mut failing: Vec<String> = Vec::new();
-    let mut converged = true;
-
-    if let Some((m, l)) = foreign {
+    let mut acted = MembersOutcome::default();
+    if let Some((m, l)) = locks.foreign() {
         // Respect the other holder: no start, stop or tag change at all.
-        let until = l.until.expect("a foreign lock has an end");
-        requeue.push(until);
+        requeue.extend(l.until);
         out.conditions.push(CondSpec::new(
             "LockedByOther",
             true,
@@ -274,7 +231,7 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
                 kind, l.by, l.until_raw, m.id
             ),
         ));
-        converged = false;
+        acted.converged = false;
     } else {
         out.conditions.push(CondSpec::new(
             "LockedByOther",
@@ -282,119 +239,271 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
             "NotLocked",
             "no foreign lock",
         ));
-        let target = if out.desired_running {
-            Op::Start
-        } else {
-            Op::Stop
+        acted = act_on_members(
+            input,
+            &managed,
+            &locks,
+            holder.is_some(),
+            &mut out,
+            &mut requeue,
+        );
+        lock_tags(input, &managed, &locks, holder.as_ref(), &mut out);
+    }
+    out.hibernate = kind == ProviderType::Ec2 && input.spec.hibernate.unwrap_or(false);
+    let foreign = locks.foreign().is_some();
+    let ready = ready_condition(
+        input,
+        out.desired_running,
+        &live,
+        &managed,
+        acted.converged,
+        foreign,
+    );
+    out.conditions.insert(0, ready);
+    let spec_problem = manual.as_ref().err().cloned();
+    out.conditions.insert(
+        1,
+        synced_condition(spec_problem.as_deref(), &acted.failing, &live),
+    );
+    out.conditions
+        .push(degraded_condition(kind, &acted.degraded, &mut out.notes));
+    out.requeue_at = requeue.into_iter().filter(|t| *t > now).min();
+    out
+}
+
+fn inventory_pending() -> Vec<CondSpec> {
+    vec![
+        CondSpec::new(
+            "Ready",
+            false,
+            "InventoryPending",
+            "the group has not been observed in AWS yet",
+        ),
+        CondSpec::new(
+            "Synced",
+            false,
+            "InventoryPending",
+            "waiting for the first inventory of this type and region",
+        ),
+    ]
+}
+
+fn count(summary: &mut Summary, kind: ProviderType, live: &[&Member]) {
+    summary.instances = live.len() as u32;
+    summary.running = live
+        .iter()
+        .filter(|m| m.state == kind.running_state())
+        .count() as u32;
+    summary.state = Some(ResourceState::from_counts(
+        summary.instances,
+        summary.running,
+    ));
+}
+
+/// The locks seen on the live members. A lock is ours when this Resource wrote it, or when it
+/// is the holder's own user; an unexpired lock that is not ours is foreign.
+struct Locks<'a> {
+    all: Vec<(&'a Member, Lock)>,
+    owner: &'a str,
+    holder_user: Option<&'a str>,
+    now: DateTime<Utc>,
+}
+
+impl<'a> Locks<'a> {
+    fn of(input: &PlanInput<'a>, live: &[&'a Member], holder: Option<&'a Holder>) -> Self {
+        Self {
+            all: live
+                .iter()
+                .filter_map(|m| lock_of(m, input.keys).map(|l| (*m, l)))
+                .collect(),
+            owner: input.owner,
+            holder_user: holder.map(|h| h.user.as_str()),
+            now: input.now,
+        }
+    }
+
+    fn is_foreign(&self, l: &Lock) -> bool {
+        let unexpired = l.until.is_some_and(|u| u > self.now);
+        let ours =
+            l.owner.as_deref() == Some(self.owner) || self.holder_user == Some(l.by.as_str());
+        unexpired && !ours
+    }
+
+    /// The first foreign lock, if any.
+    fn foreign(&self) -> Option<&(&'a Member, Lock)> {
+        self.all.iter().find(|(_, l)| self.is_foreign(l))
+    }
+
+    /// Whether `id` carries a lock of ours.
+    fn ours_on(&self, id: &str) -> bool {
+        self.all
+            .iter()
+            .any(|(m, l)| m.id == id && !self.is_foreign(l))
+    }
+}
+
+/// What acting on the managed members found.
+struct MembersOutcome {
+    converged: bool,
+    degraded: Vec<String>,
+    failing: Vec<String>,
+}
+
+impl Default for MembersOutcome {
+    fn default() -> Self {
+        Self {
+            converged: true,
+            degraded: Vec::new(),
+            failing: Vec::new(),
+        }
+    }
+}
+
+/// Starts or stops each managed member not at the target, unless in transit or backing off
+/// after an earlier attempt; reports a start that fell back and a call that failed.
+fn act_on_members(
+    input: &PlanInput<'_>,
+    managed: &[&Member],
+    locks: &Locks<'_>,
+    held: bool,
+    out: &mut Plan,
+    requeue: &mut Vec<DateTime<Utc>>,
+) -> MembersOutcome {
+    let kind = input.kind;
+    let target = if out.desired_running {
+        Op::Start
+    } else {
+        Op::Stop
+    };
+    let mut found = MembersOutcome::default();
+    for m in managed {
+        let (at_target, actionable) = match target {
+            Op::Start => (m.state == kind.running_state(), kind.can_start(&m.state)),
+            Op::Stop => (m.state == "stopped", kind.can_stop(&m.state)),
         };
-        for m in &managed {
-            let at_target = match target {
-                Op::Start => m.state == kind.running_state(),
-                Op::Stop => m.state == "stopped",
-            };
-            let actionable = match target {
-                Op::Start => kind.can_start(&m.state),
-                Op::Stop => kind.can_stop(&m.state),
-            };
-            let attempt = input.attempts.get(&m.id).filter(|a| a.op == target);
-            if at_target {
-                if input.attempts.contains_key(&m.id) {
-                    out.settled.push(m.id.clone());
-                }
-                continue;
+        if at_target {
+            if input.attempts.contains_key(&m.id) {
+                out.settled.push(m.id.clone());
             }
-            converged = false;
-            if !actionable {
-                out.transitional = true;
-                // Transitional (pending, stopping, starting, backing-up, …): the next observation
-                // tells; the inventory refresh triggers a reconcile.
-                continue;
+            continue;
+        }
+        found.converged = false;
+        if !actionable {
+            // Transitional (pending, stopping, starting, backing-up, …): the next observation
+            // tells; the inventory refresh triggers a reconcile.
+            out.transitional = true;
+            continue;
+        }
+        let Some(a) = input.attempts.get(&m.id).filter(|a| a.op == target) else {
+            if let Some(note) = outside_change(kind, m, target, locks.ours_on(&m.id), held) {
+                out.notes.push(note);
             }
-            match attempt {
-                None => {
-                    let ours = locks.iter().any(|(lm, l)| lm.id == m.id && !is_foreign(l));
-                    match target {
-                        Op::Start if ours && holder.is_some() => out.notes.push(Note {
-                            warning: true,
-                            reason: "StoppedOutside",
-                            message: format!("{} {} was stopped outside the operator while booked; starting it again", kind, m.id),
-                        }),
-                        Op::Stop if !ours => out.notes.push(Note {
-                            warning: true,
-                            reason: "StartedOutside",
-                            message: format!("{} {} is {} without a booking (started outside the operator or by AWS); stopping it", kind, m.id, m.state),
-                        }),
-                        _ => {}
-                    }
-                    push_op(&mut out, target, &m.id);
+            push_op(out, target, &m.id);
+            continue;
+        };
+        let retry_at = a.at + input.backoff.delay_chrono(a.count);
+        if let Some(err) = &a.error {
+            found.failing.push(format!("{} ({err})", m.id));
+        } else if input.observed_at > a.at {
+            if target == Op::Start {
+                let reason = m
+                    .state_reason
+                    .as_deref()
+                    .unwrap_or("no reason given by AWS");
+                found.degraded.push(format!(
+                    "{} fell back to {} after a start ({reason})",
+                    m.id, m.state
+                ));
+            }
+        } else {
+            // Not observed since the last call: wait for the inventory.
+            requeue.push(retry_at);
+            continue;
+        }
+        if input.now >= retry_at {
+            push_op(out, target, &m.id);
+        } else {
+            requeue.push(retry_at);
+        }
+    }
+    found
+}
+
+/// The Event of a member found off its target without an attempt of ours: stopped outside the
+/// operator while booked (our lock on it), or running without a booking.
+fn outside_change(
+    kind: ProviderType,
+    m: &Member,
+    target: Op,
+    ours: bool,
+    held: bool,
+) -> Option<Note> {
+    match target {
+        Op::Start if ours && held => Some(Note {
+            warning: true,
+            reason: "StoppedOutside",
+            message: format!(
+                "{} {} was stopped outside the operator while booked; starting it again",
+                kind, m.id
+            ),
+        }),
+        Op::Stop if !ours => Some(Note {
+            warning: true,
+            reason: "StartedOutside",
+            message: format!(
+                "{} {} is {} without a booking (started outside the operator or by AWS); stopping it",
+                kind, m.id, m.state
+            ),
+        }),
+        _ => None,
+    }
+}
+
+/// Lock tags: on every managed member while held, removed when no longer held.
+fn lock_tags(
+    input: &PlanInput<'_>,
+    managed: &[&Member],
+    locks: &Locks<'_>,
+    holder: Option<&Holder>,
+    out: &mut Plan,
+) {
+    match holder {
+        Some(h) => {
+            let want = [
+                (input.keys.key(Key::LockedBy), h.user.clone()),
+                (input.keys.key(Key::LockedUntil), format_rfc3339(h.until)),
+                (input.keys.key(Key::LockOwner), input.owner.to_owned()),
+            ];
+            for m in managed {
+                if want.iter().any(|(k, v)| m.tags.get(k) != Some(v)) {
+                    out.lock.ids.push(m.id.clone());
                 }
-                Some(a) => {
-                    let retry_at = a.at
-                        + chrono::Duration::from_std(input.backoff.delay(a.count))
-                            .unwrap_or(chrono::Duration::MAX);
-                    let observed_since = input.observed_at > a.at;
-                    if let Some(err) = &a.error {
-                        failing.push(format!("{} ({err})", m.id));
-                    } else if observed_since {
-                        if target == Op::Start {
-                            let reason = m
-                                .state_reason
-                                .as_deref()
-                                .unwrap_or("no reason given by AWS");
-                            degraded.push(format!(
-                                "{} fell back to {} after a start ({reason})",
-                                m.id, m.state
-                            ));
-                        }
-                    } else {
-                        // Not observed since the last call: wait for the inventory.
-                        requeue.push(retry_at);
-                        continue;
-                    }
-                    if now >= retry_at {
-                        push_op(&mut out, target, &m.id);
-                    } else {
-                        requeue.push(retry_at);
-                    }
-                }
+            }
+            if !out.lock.ids.is_empty() {
+                out.lock.tags = want.to_vec();
             }
         }
-        // Lock tags: on every member while held, removed when no longer held.
-        match &holder {
-            Some(h) => {
-                let until = format_rfc3339(h.until);
-                let want = [
-                    (input.keys.key(Key::LockedBy), h.user.clone()),
-                    (input.keys.key(Key::LockedUntil), until),
-                    (input.keys.key(Key::LockOwner), input.owner.to_owned()),
-                ];
-                for m in &managed {
-                    if want.iter().any(|(k, v)| m.tags.get(k) != Some(v)) {
-                        out.lock.ids.push(m.id.clone());
-                    }
-                }
-                if !out.lock.ids.is_empty() {
-                    out.lock.tags = want.to_vec();
-                }
-            }
-            None => {
-                for (m, _) in &locks {
-                    if m.asg().is_some() {
-                        continue;
-                    }
-                    let keys = input.keys.lock_keys_present(&m.tags);
-                    if !keys.is_empty() {
-                        out.unlock.push((m.id.clone(), keys));
-                    }
+        None => {
+            for (m, _) in locks.all.iter().filter(|(m, _)| m.asg().is_none()) {
+                let keys = input.keys.lock_keys_present(&m.tags);
+                if !keys.is_empty() {
+                    out.unlock.push((m.id.clone(), keys));
                 }
             }
         }
     }
+}
 
-    out.hibernate = kind == ProviderType::Ec2 && input.spec.hibernate.unwrap_or(false);
-
-    // Conditions.
-    let (ready_reason, ready_msg) = if foreign.is_some() {
+fn ready_condition(
+    input: &PlanInput<'_>,
+    desired_running: bool,
+    live: &[&Member],
+    managed: &[&Member],
+    converged: bool,
+    foreign: bool,
+) -> CondSpec {
+    let kind = input.kind;
+    let (reason, message) = if foreign {
         ("LockedByOther", "a foreign lock holds the group".to_owned())
     } else if live.is_empty() {
         (
@@ -404,71 +513,69 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
                 input.spec.tag
             ),
         )
+    } else if converged && desired_running {
+        (
+            "Running",
+            format!(
+                "all {} managed members are {}",
+                managed.len(),
+                kind.running_state()
+            ),
+        )
     } else if converged {
-        if out.desired_running {
-            (
-                "Running",
-                format!(
-                    "all {} managed members are {}",
-                    managed.len(),
-                    kind.running_state()
-                ),
-            )
-        } else {
-            ("Stopped", "no managed member is running".to_owned())
-        }
-    } else if out.desired_running {
+        ("Stopped", "no managed member is running".to_owned())
+    } else if desired_running {
         ("Starting", "members are being started".to_owned())
     } else {
         ("Stopping", "members are being stopped".to_owned())
     };
-    let ready = converged && foreign.is_none() && !live.is_empty();
-    out.conditions
-        .insert(0, CondSpec::new("Ready", ready, ready_reason, &ready_msg));
+    let ready = converged && !foreign && !live.is_empty();
+    CondSpec::new("Ready", ready, reason, &message)
+}
 
-    let mut synced_notes: Vec<String> = Vec::new();
-    if !asg.is_empty() {
-        synced_notes.push(format!(
-            "left alone (Auto Scaling group members): {}",
-            asg.iter()
-                .map(|m| format!("{} ({})", m.id, m.asg().unwrap_or_default()))
-                .collect::<Vec<_>>()
-                .join(", ")
-        ));
+fn synced_condition(spec_problem: Option<&str>, failing: &[String], live: &[&Member]) -> CondSpec {
+    if let Some(p) = spec_problem {
+        return CondSpec::new("Synced", false, "InvalidSpec", p);
     }
-    let synced = if let Some(p) = &spec_problem {
-        CondSpec::new("Synced", false, "InvalidSpec", p)
-    } else if !failing.is_empty() {
-        CondSpec::new(
+    if !failing.is_empty() {
+        return CondSpec::new(
             "Synced",
             false,
             "AwsError",
             &format!("failed: {}; retrying with backoff", failing.join("; ")),
-        )
-    } else {
-        let mut msg = format!("observed {} member(s)", live.len());
-        for n in &synced_notes {
-            msg.push_str("; ");
-            msg.push_str(n);
-        }
-        CondSpec::new("Synced", true, "Observed", &msg)
-    };
-    out.conditions.insert(1, synced);
-    out.conditions.push(if degraded.is_empty() {
-        CondSpec::new("Degraded", false, "AsExpected", "every started member stayed up")
-    } else {
-        for d in &degraded {
-            out.notes.push(Note {
-                warning: true,
-                reason: "StartFailed",
-                message: format!("{kind} {d}; check kms:CreateGrant on encrypted volumes and the instance's state reason; retrying with backoff"),
-            });
-        }
-        CondSpec::new("Degraded", true, "StartFellBack", &degraded.join("; "))
-    });
+        );
+    }
+    let mut msg = format!("observed {} member(s)", live.len());
+    let asg: Vec<String> = live
+        .iter()
+        .filter_map(|m| m.asg().map(|g| format!("{} ({g})", m.id)))
+        .collect();
+    if !asg.is_empty() {
+        msg.push_str(&format!(
+            "; left alone (Auto Scaling group members): {}",
+            asg.join(", ")
+        ));
+    }
+    CondSpec::new("Synced", true, "Observed", &msg)
+}
 
-    out.requeue_at = requeue.into_iter().filter(|t| *t > now).min();
-    out
+fn degraded_condition(kind: ProviderType, degraded: &[String], notes: &mut Vec<Note>) -> CondSpec {
+    if degraded.is_empty() {
+        return CondSpec::new(
+            "Degraded",
+            false,
+            "AsExpected",
+            "every started member stayed up",
+        );
+    }
+    for d in degraded {
+        notes.push(Note {
+            warning: true,
+            reason: "StartFailed",
+            message: format!("{kind} {d}; check kms:CreateGrant on encrypted volumes and the instance's state reason; retrying with backoff"),
+        });
+    }
+    CondSpec::new("Degraded", true, "StartFellBack", &degraded.join("; "))
 }
 
 fn push_op(out: &mut Plan, op: Op, id: &str) {

@@ -245,12 +245,16 @@ impl Feeds {
             resource_triggers,
         };
         let wc = watcher::Config::default();
+        // Bookings are listed from etcd, never from the API server's watch cache: right after
+        // an API server restart that cache can serve a list older than what is stored, and a
+        // booking missing from it would read as "no booking" and stop a held group.
+        let booking_wc = wc.clone().list_semantic(watcher::ListSemantic::MostRecent);
         let bookings_feed = {
             let (index, store, booking_tx) =
                 (index.clone(), bookings_store.clone(), booking_tx.clone());
             kube::runtime::reflector(
                 bookings_writer,
-                watcher(api::<Booking>(client, ns), wc.clone())
+                watcher(api::<Booking>(client, ns), booking_wc)
                     .default_backoff()
                     .modify(strip_cached),
             )
