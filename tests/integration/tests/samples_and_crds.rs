@@ -7,17 +7,21 @@
 //! - The schemas reject the worst input on their own, for clusters without the webhook: proven
 //!   on the real API server, with the messages it prints.
 //!
+//! - Every sample of `manifests/samples/` parses strictly into the API types, and a real API
+//!   server that installed the committed CRDs applies it and serves its spec back unpruned.
+//!
 //! The tests on the API server use the run's shared control plane (`booking-control-plane run
 //! -- cargo test ...`), with a namespace of their own labelled to opt out of the product's
-//! webhooks, so that only the CRDs judge.
+//! webhooks, so that only the CRDs judge; but the one that installs the CRDs for real starts a
+//! control plane of its own ([`booking_tests::packaging::Plane`]), since CRDs are cluster-wide.
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
-use std::process::Stdio;
 
 use booking_harness::control_plane::TestCluster;
 use booking_shared::api::{Booking, BookingScheduler, Resource, ResourceMonitor};
-use booking_tests::{crd_for_kind, read_yaml_documents, repo_root, shared_dir};
+use booking_tests::packaging::{CRD_KINDS, Plane, kind_of, name_of};
+use booking_tests::{crd_for_kind, output_with_stdin, read_yaml_documents, repo_root, shared_dir};
 use serde_json::{Value, json};
 
 /// A namespace of the shared control plane with the committed CRDs installed (server-side
@@ -55,34 +59,57 @@ async fn crds_only(label: &str) -> TestCluster {
 /// `kubectl create --dry-run=server` of `object` in the cluster's namespace: `Ok(stdout)` when
 /// the API server admits it, `Err(stderr)` with what it printed otherwise.
 fn dry_run_create(cluster: &TestCluster, object: &Value) -> Result<String, String> {
-    use std::io::Write as _;
-    let mut child = cluster
-        .kubectl()
-        .unwrap()
-        .args([
+    let out = output_with_stdin(
+        cluster.kubectl().unwrap().args([
             "create",
             "--dry-run=server",
             "-n",
             cluster.namespace(),
             "-f",
             "-",
-        ])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("kubectl runs");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(object.to_string().as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+        ]),
+        &object.to_string(),
+    );
     if out.status.success() {
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     } else {
         Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
+/// A manifest of one of the four kinds, parsed strictly into its `booking_shared::api` type.
+enum ApiObject {
+    Booking(Booking),
+    BookingScheduler(BookingScheduler),
+    Resource(Resource),
+    ResourceMonitor(ResourceMonitor),
+}
+
+impl ApiObject {
+    /// Parses `doc` by its kind; panics naming `what` (where it comes from) on any other kind.
+    fn parse(doc: &Value, what: &str) -> ApiObject {
+        match doc["kind"].as_str().unwrap() {
+            "Booking" => ApiObject::Booking(serde_json::from_value(doc.clone()).unwrap()),
+            "BookingScheduler" => {
+                ApiObject::BookingScheduler(serde_json::from_value(doc.clone()).unwrap())
+            }
+            "Resource" => ApiObject::Resource(serde_json::from_value(doc.clone()).unwrap()),
+            "ResourceMonitor" => {
+                ApiObject::ResourceMonitor(serde_json::from_value(doc.clone()).unwrap())
+            }
+            other => panic!("{what}: unexpected kind {other}"),
+        }
+    }
+
+    /// The typed spec written back as JSON: the manifest's spec when no field of it was lost.
+    fn spec(&self) -> Value {
+        match self {
+            ApiObject::Booking(b) => serde_json::to_value(&b.spec),
+            ApiObject::BookingScheduler(s) => serde_json::to_value(&s.spec),
+            ApiObject::Resource(r) => serde_json::to_value(&r.spec),
+            ApiObject::ResourceMonitor(m) => serde_json::to_value(&m.spec),
+        }
+        .unwrap()
     }
 }
 
@@ -116,30 +143,8 @@ fn reference_samples_deserialise_and_round_trip() {
         "the four sample kinds"
     );
     for (path, doc) in samples {
-        let kind = doc["kind"].as_str().unwrap();
         // Deserialise strictly into the typed object, then check nothing of the spec was lost.
-        let spec_back = match kind {
-            "Booking" => {
-                serde_json::to_value(serde_json::from_value::<Booking>(doc.clone()).unwrap().spec)
-            }
-            "Resource" => serde_json::to_value(
-                serde_json::from_value::<Resource>(doc.clone())
-                    .unwrap()
-                    .spec,
-            ),
-            "ResourceMonitor" => serde_json::to_value(
-                serde_json::from_value::<ResourceMonitor>(doc.clone())
-                    .unwrap()
-                    .spec,
-            ),
-            "BookingScheduler" => serde_json::to_value(
-                serde_json::from_value::<BookingScheduler>(doc.clone())
-                    .unwrap()
-                    .spec,
-            ),
-            other => panic!("{path}: unexpected kind {other}"),
-        }
-        .unwrap();
+        let spec_back = ApiObject::parse(&doc, &path).spec();
         assert_eq!(spec_back, doc["spec"], "{path}: spec survives a round trip");
     }
 }
@@ -446,4 +451,88 @@ async fn schemas_reject_the_worst_input_without_the_webhook() {
         &monitor("azure"),
         &["spec.type: Unsupported value: \"azure\""],
     );
+}
+
+// === the project's samples, installed ===
+
+/// Every field of `sample` is in `served` with the same value (the server may add defaults).
+fn assert_subset(sample: &Value, served: &Value, path: &str) {
+    match (sample, served) {
+        (Value::Object(a), Value::Object(b)) => {
+            for (k, v) in a {
+                assert_subset(v, b.get(k).unwrap_or(&Value::Null), &format!("{path}.{k}"));
+            }
+        }
+        (Value::Array(a), Value::Array(b)) if a.len() == b.len() => {
+            for (i, (x, y)) in a.iter().zip(b).enumerate() {
+                assert_subset(x, y, &format!("{path}[{i}]"));
+            }
+        }
+        _ => assert_eq!(
+            sample, served,
+            "{path}: changed or pruned by the API server"
+        ),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn samples_parse_into_the_api_types_and_pass_the_crd_schemas() {
+    let dir = repo_root().join("manifests/samples");
+    let mut kinds = BTreeSet::new();
+    let mut seen_email = false;
+    let mut seen_zone = false;
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(&dir).expect("manifests/samples") {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "yaml") {
+            continue;
+        }
+        for doc in read_yaml_documents(&path) {
+            let what = path.display().to_string();
+            let kind = kind_of(&doc).to_owned();
+            let object = ApiObject::parse(&doc, &what);
+            match &object {
+                ApiObject::Booking(b) => {
+                    seen_email |= b.spec.notifications.iter().any(|n| n.type_ == "email");
+                }
+                ApiObject::BookingScheduler(s) => seen_zone |= s.spec.time_zone.is_some(),
+                ApiObject::Resource(_) | ApiObject::ResourceMonitor(_) => {}
+            }
+            let spec_back = object.spec();
+            assert_eq!(
+                spec_back, doc["spec"],
+                "{what}: every field is known to the API types"
+            );
+            kinds.insert(kind);
+        }
+        files.push(path);
+    }
+    assert_eq!(
+        kinds,
+        CRD_KINDS.map(String::from).into(),
+        "a sample of each kind"
+    );
+    assert!(seen_email, "a Booking sample with an email notification");
+    assert!(seen_zone, "a BookingScheduler sample with a time zone");
+
+    // The real API server admits each sample under the committed CRDs' structural schemas and
+    // CEL rules, and serves it back without pruning a field. A control plane of the test's own:
+    // the CRDs are cluster-wide, and this test must see the committed ones.
+    let p = Plane::start("samples").await;
+    p.apply(&["-f", repo_root().join("manifests/crds").to_str().unwrap()]);
+    p.wait_crds_established();
+    p.k(&["create", "namespace", "samples"]);
+    for path in files {
+        let out = p.apply(&["-n", "samples", "-f", path.to_str().unwrap()]);
+        for doc in read_yaml_documents(&path) {
+            let resource = format!("{}s.manager.kotaico.de", kind_of(&doc).to_lowercase());
+            let served = p.get(&[&resource, name_of(&doc), "-n", "samples"]);
+            assert_subset(
+                &doc["spec"],
+                &served["spec"],
+                &format!("{}: spec", path.display()),
+            );
+            assert!(out.contains(name_of(&doc)), "{out}");
+        }
+    }
 }
