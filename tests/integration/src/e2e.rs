@@ -7,6 +7,7 @@ use std::time::SystemTime;
 
 use booking_harness::TestDir;
 use booking_harness::control_plane::TestCluster;
+use booking_harness::kube_proxy::{KubeFault, KubeProxy, Upstream};
 use booking_harness::moto::{self, MotoServer};
 use booking_harness::process::{ManagedProcess, ProcessBuilder};
 use booking_shared::api::{Booking, BookingPhase, BookingSpec, Resource, ResourceSpec};
@@ -357,6 +358,34 @@ pub fn start_controller(
         b = b.env(k, v);
     }
     b.spawn(&e.dir).expect("controller starts")
+}
+
+/// A controller started as [`start_controller`] starts it, but talking to the API server through
+/// a [`KubeProxy`] in front of it that first answers with `faults`: the proxy (what it served,
+/// which faults are still pending) and the controller.
+pub async fn start_controller_through(
+    e: &Env,
+    admin_port: u16,
+    identity: &str,
+    faults: impl IntoIterator<Item = KubeFault>,
+) -> (KubeProxy, ManagedProcess) {
+    let proxy = KubeProxy::start(
+        &e.dir,
+        &Upstream::from_kubeconfig(e.cluster.kubeconfig_path()).unwrap(),
+    )
+    .await
+    .expect("API proxy");
+    for fault in faults {
+        proxy.inject(fault);
+    }
+    let through_proxy = proxy.kubeconfig_path().display().to_string();
+    let controller = start_controller(
+        e,
+        admin_port,
+        identity,
+        &[("KUBECONFIG", through_proxy.as_str())],
+    );
+    (proxy, controller)
 }
 
 /// Whether the controller whose admin port is `admin` leads (its leader gauge is 1); `false`

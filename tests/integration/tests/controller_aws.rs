@@ -13,7 +13,7 @@ use booking_controller::tags::TagKeys;
 use booking_harness::TestDir;
 use booking_harness::aws_query::Service;
 use booking_harness::moto::{self, MotoServer};
-use booking_tests::e2e::ec2_in;
+use booking_tests::e2e::{ec2_in, instances};
 
 use booking_tests::e2e::OTHER_REGION;
 
@@ -24,40 +24,18 @@ fn key(kind: ProviderType, region: &str) -> InventoryKey {
     }
 }
 
+/// The state of each instance, in the order of `ids`.
 async fn states(client: &aws_sdk_ec2::Client, ids: &[String]) -> Vec<String> {
-    let out = client
-        .describe_instances()
-        .set_instance_ids(Some(ids.to_vec()))
-        .send()
+    instances(client, ids)
         .await
-        .expect("DescribeInstances");
-    let mut by_id: Vec<(String, String)> = out
-        .reservations()
-        .iter()
-        .flat_map(|r| r.instances())
-        .map(|i| {
-            (
-                i.instance_id().unwrap().to_owned(),
-                i.state().unwrap().name().unwrap().as_str().to_owned(),
-            )
-        })
-        .collect();
-    by_id.sort_by_key(|(id, _)| ids.iter().position(|x| x == id));
-    by_id.into_iter().map(|(_, s)| s).collect()
+        .into_iter()
+        .map(|(state, _)| state)
+        .collect()
 }
 
+/// The tags of one instance, sorted.
 async fn tags_of(client: &aws_sdk_ec2::Client, id: &str) -> Vec<(String, String)> {
-    let out = client
-        .describe_instances()
-        .instance_ids(id)
-        .send()
-        .await
-        .expect("DescribeInstances");
-    let mut tags: Vec<(String, String)> = out.reservations()[0].instances()[0]
-        .tags()
-        .iter()
-        .map(|t| (t.key().unwrap().to_owned(), t.value().unwrap().to_owned()))
-        .collect();
+    let (_, mut tags) = instances(client, &[id.to_owned()]).await.remove(0);
     tags.sort();
     tags
 }

@@ -13,7 +13,7 @@
 use std::time::{Duration, Instant};
 
 use booking_harness::aws_query::Service;
-use booking_harness::kube_proxy::{KubeFault, KubeProxy, Method, Upstream};
+use booking_harness::kube_proxy::{KubeFault, Method};
 use booking_harness::moto;
 use booking_harness::process::Readiness;
 use booking_shared::api::{Booking, BookingPhase, Resource, ResourceMonitor, ResourceMonitorSpec};
@@ -650,24 +650,15 @@ async fn two_replicas_never_both_act_and_fail_over_in_seconds() {
     e.moto.start_recording().await.unwrap();
     e.moto.clear_recording().await.unwrap();
     b.stop().expect("stop");
-    let proxy = KubeProxy::start(
-        &e.dir,
-        &Upstream::from_kubeconfig(e.cluster.kubeconfig_path()).unwrap(),
-    )
-    .await
-    .expect("API proxy");
-    proxy.inject(
-        KubeFault::new(Method::GET, "/bookings", 500)
-            .times(3)
-            .message("injected: bookings not listed yet"),
-    );
-    let through_proxy = proxy.kubeconfig_path().display().to_string();
-    let mut c = start_controller(
+    let (proxy, mut c) = start_controller_through(
         &e,
         ports[0],
         "replica-c",
-        &[("KUBECONFIG", through_proxy.as_str())],
-    );
+        [KubeFault::new(Method::GET, "/bookings", 500)
+            .times(3)
+            .message("injected: bookings not listed yet")],
+    )
+    .await;
     c.wait_ready(
         &Readiness::Http(format!("http://{}/readyz", admins[0])),
         Duration::from_secs(30),

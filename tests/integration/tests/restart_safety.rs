@@ -21,7 +21,7 @@ const CONVERGE: Duration = Duration::from_secs(20);
 /// wait woke only the last of them: the others never had a phase again in that process.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bookings_reconciled_before_the_resource_list_arrives_all_get_their_phase() {
-    use booking_harness::kube_proxy::{KubeFault, KubeProxy, Method, Upstream};
+    use booking_harness::kube_proxy::{KubeFault, Method};
 
     let e = env("restart-slow-resources").await;
     let home = e.moto.ec2();
@@ -45,25 +45,16 @@ async fn bookings_reconciled_before_the_resource_list_arrives_all_get_their_phas
             .await
             .unwrap();
     }
-    let proxy = KubeProxy::start(
-        &e.dir,
-        &Upstream::from_kubeconfig(e.cluster.kubeconfig_path()).unwrap(),
-    )
-    .await
-    .expect("API proxy");
-    proxy.inject(
-        KubeFault::new(Method::GET, "/resources", 500)
-            .times(3)
-            .message("injected: Resources not listed yet"),
-    );
-    let through_proxy = proxy.kubeconfig_path().display().to_string();
     let admin_port = booking_harness::free_port().unwrap();
-    let mut controller = start_controller(
+    let (proxy, mut controller) = start_controller_through(
         &e,
         admin_port,
         "slow-resources",
-        &[("KUBECONFIG", through_proxy.as_str())],
-    );
+        [KubeFault::new(Method::GET, "/resources", 500)
+            .times(3)
+            .message("injected: Resources not listed yet")],
+    )
+    .await;
     wait_for("every booking's phase", CONVERGE, || {
         phases_follow_the_clock(&bookings)
     })
