@@ -2,8 +2,9 @@
 //! `lastTransitionTime`, `observedGeneration`), merged so that `lastTransitionTime` only moves
 //! when `status` changes, as the API conventions require.
 
+use booking_shared::time::to_kube_time;
 use chrono::{DateTime, Utc};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
 /// A condition as a plan states it, before timestamps.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,13 +31,6 @@ impl CondSpec {
     }
 }
 
-/// Converts a chrono instant to the Kubernetes `Time` (which wraps `jiff::Timestamp`).
-pub fn k8s_time(t: DateTime<Utc>) -> Time {
-    let ts = k8s_openapi::jiff::Timestamp::new(t.timestamp(), t.timestamp_subsec_nanos() as i32)
-        .unwrap_or(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
-    Time(ts)
-}
-
 /// The new condition list: `wanted` in order, keeping the previous `lastTransitionTime` of a
 /// condition whose status did not change, `now` otherwise.
 pub fn merge(
@@ -53,7 +47,7 @@ pub fn merge(
                 .iter()
                 .find(|p| p.type_ == w.type_ && p.status == status)
                 .map(|p| p.last_transition_time.clone())
-                .unwrap_or_else(|| k8s_time(now));
+                .unwrap_or_else(|| to_kube_time(now));
             Condition {
                 type_: w.type_.clone(),
                 status: status.to_owned(),
@@ -69,6 +63,7 @@ pub fn merge(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use booking_shared::time::kube_time;
     use chrono::TimeZone;
 
     #[test]
@@ -87,10 +82,7 @@ mod tests {
             Some(2),
             t1,
         );
-        assert_eq!(
-            booking_shared::time::kube_time(&same[0].last_transition_time),
-            t0
-        );
+        assert_eq!(kube_time(&same[0].last_transition_time), t0);
         assert_eq!(same[0].message, "m2");
         assert_eq!(same[0].observed_generation, Some(2));
         let flipped = merge(
@@ -99,10 +91,7 @@ mod tests {
             Some(2),
             t1,
         );
-        assert_eq!(
-            booking_shared::time::kube_time(&flipped[0].last_transition_time),
-            t1
-        );
+        assert_eq!(kube_time(&flipped[0].last_transition_time), t1);
         assert_eq!(flipped[0].status, "True");
     }
 }

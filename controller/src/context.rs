@@ -135,7 +135,7 @@ impl Context {
         metrics: Metrics,
         caches: Caches,
         settings: Settings,
-    ) -> (Arc<Self>, Arc<Inventory>) {
+    ) -> Arc<Self> {
         let clients = Arc::new(SdkClients::new(settings.aws, metrics.clone()));
         let inventory = Arc::new(Inventory::new(
             clients.clone(),
@@ -172,7 +172,7 @@ impl Context {
             retry_backoff: Backoff::new(Duration::from_secs(1), Duration::from_secs(300)),
             caches,
             groups: Groups {
-                inventory: inventory.clone(),
+                inventory,
                 executor,
                 keys: settings.tag_keys,
                 default_region: settings.default_region,
@@ -185,7 +185,7 @@ impl Context {
             notification_failures: Mutex::default(),
             notification_backoff: Backoff::new(Duration::from_secs(30), Duration::from_secs(600)),
         };
-        (Arc::new(ctx), inventory)
+        Arc::new(ctx)
     }
 
     /// Now, by the context's clock.

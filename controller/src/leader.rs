@@ -11,8 +11,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, Time};
 use kube::api::{Api, ObjectMeta};
 use tokio::sync::watch;
 
-use crate::conditions::k8s_time;
-use booking_shared::time::kube_time;
+use booking_shared::time::{kube_time, to_kube_time};
 
 /// Lease settings.
 #[derive(Debug, Clone)]
@@ -45,7 +44,7 @@ pub fn may_acquire(spec: Option<&LeaseSpec>, identity: &str, now: DateTime<Utc>)
 }
 
 fn micro(t: DateTime<Utc>) -> MicroTime {
-    MicroTime(k8s_time(t).0)
+    MicroTime(to_kube_time(t).0)
 }
 
 /// Tries once to take or renew the Lease; returns whether this replica holds it now.

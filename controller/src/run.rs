@@ -27,7 +27,7 @@ use crate::leader::{self, LeaseConfig};
 use crate::metrics::Metrics;
 use crate::reconcile::{self, drive};
 use crate::tags::TagKeys;
-use crate::triggers::{ResourceTriggers, of_booking_change};
+use crate::triggers::{ResourceTriggers, bookings_of, of_booking_change};
 
 fn api<K>(client: &kube::Client, namespace: &str) -> Api<K>
 where
@@ -133,14 +133,14 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         max_concurrent_writes: usize::from(args.kube.max_concurrent_reconciles),
         notifiers,
     };
-    let (ctx, inventory) = Context::new(
+    let ctx = Context::new(
         client.clone(),
         system_clock(),
         metrics.clone(),
         caches,
         settings,
     );
-    tokio::spawn(inventory.clone().run(args.inventory_interval()));
+    tokio::spawn(ctx.groups.inventory.clone().run(args.inventory_interval()));
     let controllers = controllers(&args, &client, ctx, feeds, &shutdown_rx);
     tracing::info!(namespace = %if ns.is_empty() { "*" } else { ns.as_str() }, "controllers running");
     finish(
@@ -249,86 +249,23 @@ impl Feeds {
         // an API server restart that cache can serve a list older than what is stored, and a
         // booking missing from it would read as "no booking" and stop a held group.
         let booking_wc = wc.clone().list_semantic(watcher::ListSemantic::MostRecent);
-        let bookings_feed = {
-            let (index, store, booking_tx) =
-                (index.clone(), bookings_store.clone(), booking_tx.clone());
-            kube::runtime::reflector(
-                bookings_writer,
-                watcher(api::<Booking>(client, ns), booking_wc)
-                    .default_backoff()
-                    .modify(strip_cached),
-            )
-            .for_each(move |ev| {
-                let change = match &ev {
-                    Ok(watcher::Event::Apply(b)) => index.apply(b),
-                    Ok(watcher::Event::Delete(b)) => index.delete(b),
-                    Ok(watcher::Event::InitDone) => {
-                        index.rebuild(store.state().iter().map(|b| b.as_ref()))
-                    }
-                    Ok(_) => Change::default(),
-                    Err(e) => {
-                        tracing::warn!(error = %e, "booking watch error; retrying");
-                        index.mark_stale();
-                        Change::default()
-                    }
-                };
-                if let Ok(ev) = &ev {
-                    booking_fanout.send(&store, ev);
-                }
-                metrics.set_active_bookings(i64::try_from(index.in_progress()).unwrap_or(i64::MAX));
-                let (resources, bookings) = of_booking_change(&index, change);
-                for r in resources {
-                    let _ = resource_tx.unbounded_send(r);
-                }
-                for b in bookings {
-                    let _ = booking_tx.unbounded_send(b);
-                }
-                futures::future::ready(())
-            })
-        };
-        let resources_feed = {
-            let (index, synced, store) = (
-                index.clone(),
-                resources_synced.clone(),
-                resources_store.clone(),
-            );
-            let mut triggers = ResourceTriggers::default();
-            kube::runtime::reflector(
-                resources_writer,
-                watcher(api::<Resource>(client, ns), wc)
-                    .default_backoff()
-                    .modify(strip_cached),
-            )
-            .for_each(move |ev| {
-                let concerned = match &ev {
-                    Ok(ev) => {
-                        if matches!(ev, watcher::Event::InitDone) {
-                            synced.mark();
-                        }
-                        let relisted = || {
-                            store
-                                .state()
-                                .iter()
-                                .map(|r| ObjectRef::from_obj(r.as_ref()))
-                                .collect()
-                        };
-                        let concerned = triggers.on_event(ev, relisted, || index.resources());
-                        resource_fanout.send(&store, ev);
-                        concerned
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "resource watch error; retrying");
-                        Vec::new()
-                    }
-                };
-                for r in &concerned {
-                    for b in index.of_resource(r) {
-                        let _ = booking_tx.unbounded_send(b);
-                    }
-                }
-                futures::future::ready(())
-            })
-        };
+        let bookings_feed = booking_feed(
+            cached_watch(bookings_writer, api(client, ns), booking_wc),
+            bookings_store.clone(),
+            index.clone(),
+            booking_fanout,
+            resource_tx,
+            booking_tx.clone(),
+            metrics,
+        );
+        let resources_feed = resource_feed(
+            cached_watch(resources_writer, api(client, ns), wc),
+            resources_store.clone(),
+            index.clone(),
+            resources_synced.clone(),
+            resource_fanout,
+            booking_tx,
+        );
         // The feeds end with the process; the controllers' graceful shutdown stops them first.
         tokio::spawn(bookings_feed);
         tokio::spawn(resources_feed);
@@ -339,6 +276,100 @@ impl Feeds {
         };
         (caches, feeds)
     }
+}
+
+/// A watch of `api` feeding `writer`'s cache, with kube's default backoff; cached objects drop
+/// what no reconciler reads (see [`strip_cached`]).
+fn cached_watch<K>(
+    writer: kube::runtime::reflector::store::Writer<K>,
+    api: Api<K>,
+    wc: watcher::Config,
+) -> impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static
+where
+    K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    K: Send + Sync + 'static,
+{
+    kube::runtime::reflector(
+        writer,
+        watcher(api, wc).default_backoff().modify(strip_cached),
+    )
+}
+
+/// The Booking feed: the index first, then the fan-out, then the triggers its change computes.
+fn booking_feed(
+    events: impl Stream<Item = Result<watcher::Event<Booking>, watcher::Error>> + Send + 'static,
+    store: kube::runtime::reflector::Store<Booking>,
+    index: Arc<BookingIndex>,
+    fanout: Fanout<Booking>,
+    resource_tx: mpsc::UnboundedSender<ObjectRef<Resource>>,
+    booking_tx: mpsc::UnboundedSender<ObjectRef<Booking>>,
+    metrics: Metrics,
+) -> impl std::future::Future<Output = ()> + Send + 'static {
+    events.for_each(move |ev| {
+        let change = match &ev {
+            Ok(watcher::Event::Apply(b)) => index.apply(b),
+            Ok(watcher::Event::Delete(b)) => index.delete(b),
+            Ok(watcher::Event::InitDone) => index.rebuild(store.state().iter().map(|b| b.as_ref())),
+            Ok(_) => Change::default(),
+            Err(e) => {
+                tracing::warn!(error = %e, "booking watch error; retrying");
+                index.mark_stale();
+                Change::default()
+            }
+        };
+        if let Ok(ev) = &ev {
+            fanout.send(&store, ev);
+        }
+        metrics.set_active_bookings(i64::try_from(index.in_progress()).unwrap_or(i64::MAX));
+        let (resources, bookings) = of_booking_change(&index, change);
+        for r in resources {
+            let _ = resource_tx.unbounded_send(r);
+        }
+        for b in bookings {
+            let _ = booking_tx.unbounded_send(b);
+        }
+        futures::future::ready(())
+    })
+}
+
+/// The Resource feed: marks the first full list, then the fan-out, then wakes the bookings of
+/// the Resources an event concerns.
+fn resource_feed(
+    events: impl Stream<Item = Result<watcher::Event<Resource>, watcher::Error>> + Send + 'static,
+    store: kube::runtime::reflector::Store<Resource>,
+    index: Arc<BookingIndex>,
+    synced: Arc<Synced>,
+    fanout: Fanout<Resource>,
+    booking_tx: mpsc::UnboundedSender<ObjectRef<Booking>>,
+) -> impl std::future::Future<Output = ()> + Send + 'static {
+    let mut triggers = ResourceTriggers::default();
+    events.for_each(move |ev| {
+        let concerned = match &ev {
+            Ok(ev) => {
+                if matches!(ev, watcher::Event::InitDone) {
+                    synced.mark();
+                }
+                let relisted = || {
+                    store
+                        .state()
+                        .iter()
+                        .map(|r| ObjectRef::from_obj(r.as_ref()))
+                        .collect()
+                };
+                let concerned = triggers.on_event(ev, relisted, || index.resources());
+                fanout.send(&store, ev);
+                concerned
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "resource watch error; retrying");
+                Vec::new()
+            }
+        };
+        for b in bookings_of(&index, &concerned) {
+            let _ = booking_tx.unbounded_send(b);
+        }
+        futures::future::ready(())
+    })
 }
 
 /// The five controllers, run until the shutdown signal.

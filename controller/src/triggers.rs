@@ -20,12 +20,22 @@ pub fn of_booking_change(
     index: &BookingIndex,
     change: Change,
 ) -> (Vec<ObjectRef<Resource>>, Vec<ObjectRef<Booking>>) {
-    let bookings = change
-        .rearbitrate
+    let rearbitrate: Vec<_> = change.rearbitrate.into_iter().collect();
+    (
+        change.resources.into_iter().collect(),
+        bookings_of(index, &rearbitrate),
+    )
+}
+
+/// The bookings naming any of `resources`.
+pub fn bookings_of(
+    index: &BookingIndex,
+    resources: &[ObjectRef<Resource>],
+) -> Vec<ObjectRef<Booking>> {
+    resources
         .iter()
         .flat_map(|r| index.of_resource(r))
-        .collect();
-    (change.resources.into_iter().collect(), bookings)
+        .collect()
 }
 
 /// Remembers which Resources exist, to tell an appearance from an update.

@@ -20,7 +20,6 @@ use booking_controller::{
 use booking_harness::{
     TestDir,
     control_plane::TestCluster,
-    paths::repo_root,
     smtp::{SmtpOptions, SmtpServer},
     tls::TestCa,
 };
@@ -70,16 +69,7 @@ async fn cluster(label: &str) -> Cluster {
     let cluster = TestCluster::shared(label)
         .await
         .expect("the run's shared control plane");
-    let dir = repo_root().join("manifests/crds");
-    let mut crds: Vec<std::path::PathBuf> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
-        .collect();
-    crds.sort();
-    assert!(!crds.is_empty(), "no CRDs in {}", dir.display());
-    let crds: Vec<&std::path::Path> = crds.iter().map(|p| p.as_path()).collect();
-    cluster.apply_files(&crds).expect("CRDs applied");
+    cluster.apply_shipped_crds().expect("CRDs applied");
     Cluster {
         client: cluster.client().await.expect("client"),
         ns: cluster.namespace().to_owned(),
@@ -116,7 +106,6 @@ fn context(c: &Cluster, clock: &TestClock, notifiers: Notifiers) -> Arc<Context>
         caches,
         settings,
     )
-    .0
 }
 
 fn scheduler_ctx(c: &Cluster, clock: &TestClock) -> Arc<Context> {

@@ -19,8 +19,9 @@ pub const VERSION: &str = "v1";
 /// The `kubectl get <category>` name that lists all four kinds.
 pub const CATEGORY: &str = "resourcebooking";
 
-/// Provider types a Resource or ResourceMonitor may name.
-pub const SUPPORTED_RESOURCE_TYPES: [&str; 2] = ["ec2", "rds"];
+/// Provider types a Resource or ResourceMonitor may name (the CRD's enum of `spec.type`).
+pub const SUPPORTED_RESOURCE_TYPES: [&str; 2] =
+    [ProviderType::ALL[0].as_str(), ProviderType::ALL[1].as_str()];
 /// The provider type of a Resource or ResourceMonitor (`spec.type`), with AWS's own state names.
 ///
 /// `spec.type` stays a string on the wire: an object written with an unknown type (admission
@@ -36,17 +37,16 @@ pub enum ProviderType {
 }
 
 impl ProviderType {
+    /// Every provider type.
+    pub const ALL: [Self; 2] = [Self::Ec2, Self::Rds];
+
     /// Parses a `spec.type` value (`ec2` or `rds`, as in the CRD's enum).
     pub fn parse(s: &str) -> Option<Self> {
-        match s {
-            "ec2" => Some(Self::Ec2),
-            "rds" => Some(Self::Rds),
-            _ => None,
-        }
+        Self::ALL.into_iter().find(|t| t.as_str() == s)
     }
 
     /// The wire name.
-    pub fn as_str(self) -> &'static str {
+    pub const fn as_str(self) -> &'static str {
         match self {
             Self::Ec2 => "ec2",
             Self::Rds => "rds",

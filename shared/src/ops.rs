@@ -56,12 +56,10 @@ pub fn respond(method: &Method, path: &str, probe: &dyn Probe) -> Response<Full<
 fn text(status: StatusCode, body: String) -> Response<Full<Bytes>> {
     let mut response = Response::new(Full::new(Bytes::from(body)));
     *response.status_mut() = status;
-    if status != StatusCode::OK || !response.headers().contains_key(header::CONTENT_TYPE) {
-        response.headers_mut().insert(
-            header::CONTENT_TYPE,
-            header::HeaderValue::from_static("text/plain; charset=utf-8"),
-        );
-    }
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
     response
 }
 

@@ -106,6 +106,13 @@ pub fn kube_time(t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time) -> Da
         .unwrap_or_default()
 }
 
+/// A chrono instant as a Kubernetes `metav1.Time` (the inverse of [`kube_time`]).
+pub fn to_kube_time(t: DateTime<Utc>) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Time {
+    let ts = k8s_openapi::jiff::Timestamp::new(t.timestamp(), t.timestamp_subsec_nanos() as i32)
+        .unwrap_or(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
+    k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(ts)
+}
+
 /// Formats an instant as RFC 3339 UTC with second precision (`2031-01-10T22:35:00Z`), or with
 /// the fractional part when it has one.
 pub fn format_rfc3339(t: DateTime<Utc>) -> String {

@@ -219,11 +219,8 @@ pub fn admit_general(state: &State, endpoint: Endpoint, body: &[u8]) -> Decision
             "kind {:?} of group {:?} is not served by this webhook; it serves Booking, BookingScheduler, Resource and ResourceMonitor of {GROUP}: fix the rules of the webhook configuration",
             request.kind.kind, request.kind.group
         );
-        let mut response = AdmissionResponse::from(&request);
-        response.allowed = false;
-        response.result = Status::failure(&message, "BadRequest").with_code(400);
         return Decision {
-            review: response.into_review(),
+            review: refused(&request, 400, "BadRequest", &message).into_review(),
             kind: request.kind.kind.clone(),
             operation,
             verdict: ReviewResult::Error,
@@ -338,9 +335,7 @@ fn answer<K: kube::Resource>(
         }
         Err(invalid) => {
             // 403 Forbidden, as the API server reports a webhook denial without a code.
-            let mut response = AdmissionResponse::from(req);
-            response.allowed = false;
-            response.result = Status::failure(&invalid.to_string(), "Forbidden").with_code(403);
+            let response = refused(req, 403, "Forbidden", &invalid.to_string());
             (response, ReviewResult::Denied)
         }
     }
@@ -611,18 +606,32 @@ fn unavailable(
     req: &AdmissionRequest<DynamicObject>,
     message: &str,
 ) -> (AdmissionResponse, ReviewResult) {
-    let mut response = AdmissionResponse::from(req);
-    response.allowed = false;
-    response.result = Status::failure(message, "ServiceUnavailable").with_code(503);
-    (response, ReviewResult::Error)
+    (
+        refused(req, 503, "ServiceUnavailable", message),
+        ReviewResult::Error,
+    )
 }
 
+/// 400 Bad Request: the review cannot be judged as sent.
 fn error(
     req: &AdmissionRequest<DynamicObject>,
     message: &str,
 ) -> (AdmissionResponse, ReviewResult) {
+    (
+        refused(req, 400, "BadRequest", message),
+        ReviewResult::Error,
+    )
+}
+
+/// The refusal of `req` with HTTP `code`, the Kubernetes `reason` and `message`.
+fn refused<K: kube::Resource>(
+    req: &AdmissionRequest<K>,
+    code: u16,
+    reason: &str,
+    message: &str,
+) -> AdmissionResponse {
     let mut response = AdmissionResponse::from(req);
     response.allowed = false;
-    response.result = Status::failure(message, "BadRequest").with_code(400);
-    (response, ReviewResult::Error)
+    response.result = Status::failure(message, reason).with_code(code);
+    response
 }

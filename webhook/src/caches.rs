@@ -24,7 +24,7 @@ use kube::{
 use tokio::sync::watch;
 
 use crate::state::State;
-use booking_shared::ops::stopped as wait_for;
+use booking_shared::ops::stopped;
 
 /// Applies one watch event of a Booking to the index. `buffer` collects an initial list.
 pub fn apply_booking_event(state: &State, buffer: &mut Vec<IndexedBooking>, event: Event<Booking>) {
@@ -73,7 +73,7 @@ pub async fn run_booking_watch(
                 Some(Err(e)) => tracing::warn!(error = %e, "booking watch failed; retrying with backoff"),
                 None => return,
             },
-            _ = wait_for(&mut shutdown) => return,
+            _ = stopped(&mut shutdown) => return,
         }
     }
 }
@@ -110,6 +110,6 @@ pub async fn run_resource_watch(
     });
     tokio::select! {
         _ = futures::future::join(synced, drive) => {}
-        _ = wait_for(&mut shutdown) => {}
+        _ = stopped(&mut shutdown) => {}
     }
 }

@@ -267,7 +267,7 @@ mod tests {
         );
         b.metadata.namespace = Some("team".into());
         b.metadata.generation = Some(1);
-        b.metadata.creation_timestamp = Some(crate::conditions::k8s_time(at(created)));
+        b.metadata.creation_timestamp = Some(booking_shared::time::to_kube_time(at(created)));
         b
     }
 

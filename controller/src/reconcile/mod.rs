@@ -173,12 +173,12 @@ fn status_patch<K: HasStatus>(
 ) -> Result<Option<Value>> {
     let default = K::Status::default();
     let old = obj.status().unwrap_or(&default);
+    // Both sides serialize to JSON objects, so the patch is one: empty when nothing changed.
     let changes = merge_patch(&serde_json::to_value(old)?, &serde_json::to_value(new)?);
-    let unchanged = changes.as_object().is_none_or(|m| m.is_empty());
-    if unchanged && guard.is_none() {
+    if changes.as_object().is_some_and(|m| m.is_empty()) && guard.is_none() {
         return Ok(None);
     }
-    let mut patch = serde_json::json!({ "status": if changes.is_object() { changes } else { Value::Object(Default::default()) } });
+    let mut patch = serde_json::json!({ "status": changes });
     if let Some(version) = guard {
         patch["metadata"] = serde_json::json!({ "resourceVersion": version });
     }

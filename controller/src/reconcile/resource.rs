@@ -405,70 +405,74 @@ async fn report(ctx: &Context, res: &Resource, provider: ProviderType, p: &Plan,
             .await;
     }
     let why = why(&p.summary);
-    let how = if p.hibernate {
-        " (hibernating where supported)"
-    } else {
-        ""
-    };
-    let retry = "will retry with backoff";
-    let reports = [
-        (
-            &done.locked,
-            "Locked",
-            "LockFailed",
-            "Tag",
-            format!("lock tags written on {{}} ({why})"),
-            "could not write lock tags: {}".to_owned(),
-        ),
-        (
-            &done.started,
-            "Started",
-            "StartFailed",
-            "Start",
-            format!("started {provider} {{}} ({why})"),
-            format!("start failed, {retry}: {{}}"),
-        ),
-        (
-            &done.stopped,
-            "Stopped",
-            "StopFailed",
-            "Stop",
-            format!("stopped {provider} {{}}{how} ({why})"),
-            format!("stop failed, {retry}: {{}}"),
-        ),
-    ];
-    for (outcomes, ok_reason, failed_reason, action, ok_note, failed_note) in reports {
-        if let Some(out) = outcomes {
-            publish_outcomes(
-                ctx,
-                res,
-                out,
-                (ok_reason, &ok_note),
-                (failed_reason, &failed_note),
-                action,
-                &why,
-            )
-            .await;
+    if let Some(out) = &done.locked {
+        publish_outcomes(
+            ctx,
+            res,
+            out,
+            ("Tag", "Locked", "LockFailed"),
+            |ids| format!("lock tags written on {ids} ({why})"),
+            |errors| format!("could not write lock tags: {errors}"),
+        )
+        .await;
+    }
+    if let Some(out) = &done.started {
+        let ok = publish_outcomes(
+            ctx,
+            res,
+            out,
+            ("Start", "Started", "StartFailed"),
+            |ids| format!("started {provider} {ids} ({why})"),
+            |errors| format!("start failed, will retry with backoff: {errors}"),
+        )
+        .await;
+        if !ok.is_empty() {
+            tracing::info!(members = ?ok, %why, "started");
+        }
+    }
+    if let Some(out) = &done.stopped {
+        let how = if p.hibernate {
+            " (hibernating where supported)"
+        } else {
+            ""
+        };
+        let ok = publish_outcomes(
+            ctx,
+            res,
+            out,
+            ("Stop", "Stopped", "StopFailed"),
+            |ids| format!("stopped {provider} {ids}{how} ({why})"),
+            |errors| format!("stop failed, will retry with backoff: {errors}"),
+        )
+        .await;
+        if !ok.is_empty() {
+            tracing::info!(members = ?ok, %why, "stopped");
         }
     }
     if !done.unlocked.is_empty() {
-        let ok = ("Unlocked", "lock tags removed from {}");
-        let failed = ("UnlockFailed", "could not remove lock tags from {}");
-        publish_outcomes(ctx, res, &done.unlocked, ok, failed, "Untag", &why).await;
+        publish_outcomes(
+            ctx,
+            res,
+            &done.unlocked,
+            ("Untag", "Unlocked", "UnlockFailed"),
+            |ids| format!("lock tags removed from {ids}"),
+            |errors| format!("could not remove lock tags from {errors}"),
+        )
+        .await;
     }
 }
 
-/// Publishes one Event for the members that succeeded and one for those that failed; `{}` in
-/// the notes stands for the list of members.
-async fn publish_outcomes(
+/// Publishes, for one kind of call (`action`), one Event `ok_reason` naming the members that
+/// succeeded and one Warning `failed_reason` naming those that failed with their errors.
+/// Returns the members that succeeded.
+async fn publish_outcomes<'a>(
     ctx: &Context,
     res: &Resource,
-    outcomes: &Outcomes,
-    (ok_reason, ok_note): (&str, &str),
-    (failed_reason, failed_note): (&str, &str),
-    action: &str,
-    why: &str,
-) {
+    outcomes: &'a Outcomes,
+    (action, ok_reason, failed_reason): (&str, &str, &str),
+    ok_note: impl Fn(&str) -> String,
+    failed_note: impl Fn(&str) -> String,
+) -> Vec<&'a str> {
     let ok: Vec<&str> = outcomes
         .iter()
         .filter(|(_, r)| r.is_ok())
@@ -479,20 +483,18 @@ async fn publish_outcomes(
         .filter_map(|(id, r)| r.as_ref().err().map(|e| format!("{id}: {e}")))
         .collect();
     if !ok.is_empty() {
-        if matches!(ok_reason, "Started" | "Stopped") {
-            tracing::info!(members = ?ok, %why, "{}", ok_reason.to_lowercase());
-        }
-        let note = ok_note.replacen("{}", &ok.join(", "), 1);
+        let note = ok_note(&ok.join(", "));
         ctx.events
             .publish(res, false, ok_reason, action, note)
             .await;
     }
     if !failed.is_empty() {
-        let note = failed_note.replacen("{}", &failed.join("; "), 1);
+        let note = failed_note(&failed.join("; "));
         ctx.events
             .publish(res, true, failed_reason, action, note)
             .await;
     }
+    ok
 }
 
 /// Why the group is acted on, for the Events.

@@ -817,6 +817,17 @@ impl TestCluster {
         }
         Ok(())
     }
+
+    /// Installs the shipped CustomResourceDefinitions ([`crate::paths::crd_files`]) with
+    /// [`TestCluster::apply_files`] and waits until they are established.
+    ///
+    /// # Errors
+    /// As [`TestCluster::apply_files`].
+    pub fn apply_shipped_crds(&self) -> Result<()> {
+        let files = crate::paths::crd_files();
+        let files: Vec<&Path> = files.iter().map(PathBuf::as_path).collect();
+        self.apply_files(&files)
+    }
 }
 
 /// Runs a command; its stdout, or [`Error::Kube`] with its stderr.

@@ -22,6 +22,23 @@ pub fn repo_root() -> PathBuf {
         .unwrap_or_else(|| manifest.to_path_buf())
 }
 
+/// The shipped CustomResourceDefinitions: `<repo>/manifests/crds/*.yaml` (not its
+/// kustomization), sorted. Panics when there are none: every test that installs them needs them.
+pub fn crd_files() -> Vec<PathBuf> {
+    let dir = repo_root().join("manifests/crds");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.extension().is_some_and(|x| x == "yaml")
+                && p.file_name().is_some_and(|n| n != "kustomization.yaml")
+        })
+        .collect();
+    files.sort();
+    assert!(!files.is_empty(), "no CRDs in {}", dir.display());
+    files
+}
+
 /// The project's Python virtualenv: `$BOOKING_HARNESS_VENV` or `<repo>/.venv`.
 pub fn venv_dir() -> PathBuf {
     match std::env::var_os(VENV_ENV) {

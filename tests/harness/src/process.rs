@@ -308,13 +308,13 @@ impl ManagedProcess {
     /// # Errors
     /// [`Error::Io`] when the process's status cannot be read.
     pub fn kill(&mut self) -> Result<ExitStatus> {
-        if let Some(status) = self.try_exit_status()? {
-            signal_group(self.child.id(), rustix::process::Signal::KILL);
-            self.stopped = true;
-            return Ok(status);
-        }
+        let exited = self.try_exit_status()?;
+        // The group too when the leader has exited: what it started may still run.
         signal_group(self.child.id(), rustix::process::Signal::KILL);
-        let status = self.reap()?;
+        let status = match exited {
+            Some(status) => status,
+            None => self.reap()?,
+        };
         self.stopped = true;
         Ok(status)
     }

@@ -40,7 +40,7 @@ use chrono::{DateTime, Utc};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams};
 
-use crate::e2e::{controller_binary, crd_files, leads, resource};
+use crate::e2e::{controller_binary, leads, resource};
 
 /// The tag key of the lock holder.
 const LOCKED_BY: &str = "resource-booking/locked-by";
@@ -949,9 +949,7 @@ pub async fn run(options: &Options) -> Report {
     let cluster = TestCluster::attach(plane.kubeconfig_path(), &options.label)
         .await
         .expect("namespace");
-    let files = crd_files();
-    let files: Vec<&std::path::Path> = files.iter().map(PathBuf::as_path).collect();
-    cluster.apply_files(&files).expect("CRDs applied");
+    cluster.apply_shipped_crds().expect("CRDs applied");
     let client = cluster.client().await.expect("client");
     let smtp = SmtpServer::start(&dir, SmtpOptions::default())
         .await

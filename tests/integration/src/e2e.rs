@@ -3,7 +3,6 @@
 //! test's own, the shipped CRDs), fixtures and waits.
 
 use std::path::PathBuf;
-use std::time::SystemTime;
 
 use booking_harness::TestDir;
 use booking_harness::control_plane::TestCluster;
@@ -17,53 +16,41 @@ use kube::api::{Api, ObjectMeta};
 
 pub const OTHER_REGION: &str = "us-west-2";
 
+/// `target/<profile>/booking-controller`; see [`workspace_binary`].
 pub fn controller_binary() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    let dir = exe
-        .parent()
-        .and_then(|d| d.parent())
-        .expect("target/<profile>");
-    let bin = dir.join("booking-controller");
-    assert!(
-        bin.is_file(),
-        "{} is missing: build it with `cargo build -p booking-controller`",
-        bin.display()
-    );
-    let built = std::fs::metadata(&bin).and_then(|m| m.modified()).unwrap();
-    let src = crate::repo_root().join("controller/src");
-    let newest = walk_newest(&src);
-    assert!(
-        built >= newest,
-        "{} is older than controller/src: rebuild it with `cargo build -p booking-controller`",
-        bin.display()
-    );
-    bin
+    workspace_binary("booking-controller")
 }
 
-/// `target/debug/booking-webhook`, beside the test executable's `deps` folder; fails when it is
-/// missing or older than any source file it was built from (per cargo's dep-info file beside
-/// it, `booking-webhook.d`).
+/// `target/<profile>/booking-webhook`; see [`workspace_binary`].
 pub fn webhook_binary() -> PathBuf {
+    workspace_binary("booking-webhook")
+}
+
+/// The workspace binary `name` in `target/<profile>`, beside the test executable's `deps`
+/// folder; fails when it is missing or older than any workspace source file it was built from
+/// (per cargo's dep-info file beside it, `<name>.d`: its own crate's and `booking-shared`'s).
+pub fn workspace_binary(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("the test executable's path");
     let dir = exe
         .parent()
         .and_then(std::path::Path::parent)
         .expect("the test executable lives in target/<profile>/deps");
-    let bin = dir.join("booking-webhook");
-    let rebuild = "build it first: cargo build -p booking-webhook";
+    let bin = dir.join(name);
+    let rebuild = format!("build it first: cargo build -p {name}");
     let built = std::fs::metadata(&bin)
         .and_then(|m| m.modified())
         .unwrap_or_else(|e| panic!("{} is missing ({e}); {rebuild}", bin.display()));
-    let dep_info = dir.join("booking-webhook.d");
+    let dep_info = dir.join(format!("{name}.d"));
     let deps = std::fs::read_to_string(&dep_info)
         .unwrap_or_else(|e| panic!("{} is missing ({e}); {rebuild}", dep_info.display()));
+    let root = crate::repo_root().canonicalize().unwrap();
     let sources = deps
         .split_once(": ")
         .map(|(_, list)| list)
         .unwrap_or_default()
         .split_whitespace()
         .map(PathBuf::from)
-        .filter(|p| p.starts_with(crate::repo_root().canonicalize().unwrap()));
+        .filter(|p| p.starts_with(&root));
     for source in sources {
         let changed = std::fs::metadata(&source).and_then(|m| m.modified());
         if let Ok(changed) = changed {
@@ -98,21 +85,6 @@ pub fn webhook_process(
         .arg(format!("127.0.0.1:{admin_port}"))
         .env("KUBECONFIG", kubeconfig)
         .env("RUST_LOG", "info,booking_webhook=debug")
-}
-
-/// The newest modification time of any file under `dir`.
-pub fn walk_newest(dir: &std::path::Path) -> SystemTime {
-    let mut newest = SystemTime::UNIX_EPOCH;
-    for e in std::fs::read_dir(dir).unwrap().flatten() {
-        let p = e.path();
-        let t = if p.is_dir() {
-            walk_newest(&p)
-        } else {
-            e.metadata().and_then(|m| m.modified()).unwrap()
-        };
-        newest = newest.max(t);
-    }
-    newest
 }
 
 pub use booking_harness::wait_for;
@@ -305,28 +277,13 @@ pub struct Env {
     pub ns: String,
 }
 
-/// The shipped CustomResourceDefinitions (`manifests/crds/*.yaml`).
-pub fn crd_files() -> Vec<PathBuf> {
-    let dir = crate::repo_root().join("manifests/crds");
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
-        .collect();
-    files.sort();
-    assert!(!files.is_empty(), "no CRDs in {}", dir.display());
-    files
-}
-
 pub async fn env(label: &str) -> Env {
     let dir = TestDir::new(label).expect("test dir");
     let moto = MotoServer::start(&dir).await.expect("moto");
     let cluster = TestCluster::shared(label)
         .await
         .expect("the run's shared control plane");
-    let files = crd_files();
-    let files: Vec<&std::path::Path> = files.iter().map(PathBuf::as_path).collect();
-    cluster.apply_files(&files).expect("CRDs applied");
+    cluster.apply_shipped_crds().expect("CRDs applied");
     let client = cluster.client().await.expect("client");
     let ns = cluster.namespace().to_owned();
     Env {

@@ -132,9 +132,7 @@ async fn a_restarted_webhook_admits_no_overlap_while_its_index_refills() {
     let cluster = TestCluster::attach(plane.kubeconfig_path(), "webhook-restart")
         .await
         .unwrap();
-    let crds = crd_files();
-    let crds: Vec<&std::path::Path> = crds.iter().map(std::path::PathBuf::as_path).collect();
-    cluster.apply_files(&crds).expect("CRDs");
+    cluster.apply_shipped_crds().expect("CRDs");
     let client = cluster.client().await.unwrap();
     let ns = cluster.namespace().to_owned();
     let bookings: Api<Booking> = Api::namespaced(client.clone(), &ns);

@@ -16,7 +16,6 @@
 //! control plane of its own ([`booking_tests::packaging::Plane`]), since CRDs are cluster-wide.
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
 
 use booking_harness::control_plane::TestCluster;
 use booking_shared::api::{Booking, BookingScheduler, Resource, ResourceMonitor};
@@ -31,16 +30,7 @@ async fn crds_only(label: &str) -> TestCluster {
     let cluster = TestCluster::shared(label)
         .await
         .expect("the run's shared control plane: run the tests through `booking-control-plane run -- cargo test ...`");
-    let crds: Vec<PathBuf> = std::fs::read_dir(repo_root().join("manifests/crds"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| {
-            p.extension().is_some_and(|e| e == "yaml")
-                && p.file_name().is_some_and(|n| n != "kustomization.yaml")
-        })
-        .collect();
-    let files: Vec<&std::path::Path> = crds.iter().map(PathBuf::as_path).collect();
-    cluster.apply_files(&files).expect("the CRDs install");
+    cluster.apply_shipped_crds().expect("the CRDs install");
     let out = cluster
         .kubectl()
         .unwrap()
