@@ -198,7 +198,7 @@ impl Context {
         (at - self.now()).to_std().unwrap_or_default()
     }
 
-    /// Waits for a turn to write to the Kubernetes API; see [`Context::api_writes`].
+    /// Waits for a turn to write to the Kubernetes API; see the `api_writes` bound.
     pub async fn api_write_permit(&self) -> Option<SemaphorePermit<'_>> {
         // The semaphore is never closed; a closed one would only lift the bound.
         self.api_writes.acquire().await.ok()

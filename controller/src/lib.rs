@@ -14,6 +14,7 @@ pub mod config;
 pub mod context;
 pub mod error;
 pub mod fanout;
+pub mod feeds;
 pub mod index;
 pub mod leader;
 pub mod metrics;

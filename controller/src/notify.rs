@@ -9,8 +9,11 @@
 
 use std::{path::PathBuf, sync::Arc, time::Duration as StdDuration};
 
+mod message;
+
+pub use message::{NotificationSubject, Rendered, message_id, notification_key, render};
+
 use booking_shared::{api::Notification, time::format_rfc3339};
-use chrono::{DateTime, Utc};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use hyper_util::{client::legacy::Client, rt::TokioExecutor};
@@ -23,7 +26,6 @@ use lettre::{
         client::{Certificate, Tls, TlsParameters},
     },
 };
-use sha2::{Digest, Sha256};
 
 /// How the SMTP connection is secured.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -127,115 +129,6 @@ impl NotifyError {
     }
 }
 
-/// What a notification is about.
-#[derive(Debug, Clone)]
-pub struct NotificationSubject {
-    /// Namespace of the booking.
-    pub namespace: String,
-    /// Name of the booking.
-    pub booking: String,
-    /// `metadata.uid` of the booking.
-    pub booking_uid: String,
-    /// The Resource the booking holds.
-    pub resource: String,
-    /// The booking's user.
-    pub user: String,
-    /// End of the booking.
-    pub end: DateTime<Utc>,
-    /// When the notification is sent (the real time remaining is computed from it).
-    pub now: DateTime<Utc>,
-}
-
-/// A rendered notification.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Rendered {
-    /// Email subject.
-    pub subject: String,
-    /// Plain-text body (also the webhook's `text`).
-    pub text: String,
-    /// HTML body.
-    pub html: String,
-    /// The `kubectl patch` command that extends the booking by an hour.
-    pub extend_command: String,
-}
-
-/// Renders the message for a booking about to end.
-pub fn render(ctx: &NotificationSubject) -> Rendered {
-    let remaining = (ctx.end - ctx.now).max(chrono::Duration::zero());
-    let minutes = (remaining.num_seconds() + 59) / 60;
-    let end = format_rfc3339(ctx.end);
-    let in_minutes = if minutes == 1 {
-        "1 minute".to_owned()
-    } else {
-        format!("{minutes} minutes")
-    };
-    let new_end = format_rfc3339(ctx.end + chrono::Duration::hours(1));
-    let extend_command = format!(
-        "kubectl -n {ns} patch booking {b} --type merge -p '{{\"spec\":{{\"end_at\":\"{new_end}\"}}}}'",
-        ns = ctx.namespace,
-        b = ctx.booking,
-    );
-    let subject = format!(
-        "Booking {} of {} ends in {minutes} min ({end})",
-        ctx.booking, ctx.resource
-    );
-    let text = format!(
-        "Hello {user},\n\nyour booking {b} (namespace {ns}) of resource {r} ends at {end}, in {in_minutes}.\nIts instances are stopped then.\n\nTo keep them running for another hour, extend the booking:\n\n  {extend_command}\n",
-        user = ctx.user,
-        b = ctx.booking,
-        ns = ctx.namespace,
-        r = ctx.resource,
-    );
-    let html = format!(
-        "<html><body><p>Hello {user},</p><p>your booking <b>{b}</b> (namespace {ns}) of resource <b>{r}</b> ends at <b>{end}</b>, in {in_minutes}. Its instances are stopped then.</p><p>To keep them running for another hour, extend the booking:</p><pre>{cmd}</pre></body></html>",
-        user = html_escape(&ctx.user),
-        b = html_escape(&ctx.booking),
-        ns = html_escape(&ctx.namespace),
-        r = html_escape(&ctx.resource),
-        cmd = html_escape(&extend_command),
-    );
-    Rendered {
-        subject,
-        text,
-        html,
-        extend_command,
-    }
-}
-
-/// The deterministic Message-ID of an email notification: the same booking uid and
-/// notification always give the same identifier.
-pub fn message_id(
-    booking_uid: &str,
-    index: usize,
-    notification: &Notification,
-    domain: &str,
-) -> String {
-    let mut h = Sha256::new();
-    for part in [
-        booking_uid,
-        &index.to_string(),
-        &notification.type_,
-        &notification.recipient,
-    ] {
-        h.update(part.as_bytes());
-        h.update([0]);
-    }
-    let digest = hex::encode(&h.finalize()[..16]);
-    format!("<booking-{digest}@{domain}>")
-}
-
-/// Stable key identifying a notification of a booking in its status.
-pub fn notification_key(index: usize, notification: &Notification) -> String {
-    format!("{index}:{}:{}", notification.type_, notification.recipient)
-}
-
-fn html_escape(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
-}
-
 struct EmailSender {
     transport: AsyncSmtpTransport<Tokio1Executor>,
     from: Mailbox,
@@ -268,110 +161,127 @@ pub enum NotifyConfigError {
     },
 }
 
-impl Notifiers {
-    /// Builds the senders. `webhook_roots` are extra PEM CA certificates trusted for webhook
-    /// notifications, besides the public web roots. Must run inside a Tokio runtime (the SMTP
-    /// connection pool starts a task).
-    pub fn new(smtp: &SmtpSettings, webhook_roots: &[Vec<u8>]) -> Result<Self, NotifyConfigError> {
-        let invalid = |setting, reason: String| NotifyConfigError::Invalid { setting, reason };
-        let email = match (&smtp.host, &smtp.sender) {
-            (None, _) => None,
+fn invalid(setting: &'static str, reason: String) -> NotifyConfigError {
+    NotifyConfigError::Invalid { setting, reason }
+}
+
+impl EmailSender {
+    /// The SMTP sender of `smtp`; `None` without `SMTP_HOST` (email notifications then fail as
+    /// not configured).
+    fn new(smtp: &SmtpSettings) -> Result<Option<Self>, NotifyConfigError> {
+        let (host, sender) = match (&smtp.host, &smtp.sender) {
+            (None, _) => return Ok(None),
             (Some(_), None) => {
                 return Err(invalid(
                     "SMTP_SENDER",
                     "is required with SMTP_HOST; set it to the From address, e.g. booking@example.com".into(),
                 ));
             }
-            (Some(host), Some(sender)) => {
-                let from: Mailbox = sender.parse().map_err(|e| {
-                    invalid(
-                        "SMTP_SENDER",
-                        format!("{sender:?} is not an email address: {e}"),
-                    )
-                })?;
-                let domain = from.email.domain().to_owned();
-                let mut builder = AsyncSmtpTransport::<Tokio1Executor>::builder_dangerous(host)
-                    .port(smtp.port)
-                    .timeout(Some(StdDuration::from_secs(20)))
-                    .pool_config(
-                        PoolConfig::new()
-                            .max_size(4)
-                            .idle_timeout(StdDuration::from_secs(60)),
-                    );
-                let tls = || {
-                    let mut params = TlsParameters::builder(host.clone());
-                    if let Some(path) = &smtp.ca_file {
-                        let pem = std::fs::read(path).map_err(|e| {
-                            invalid(
-                                "SMTP_CA_FILE",
-                                format!("cannot read {}: {e}", path.display()),
-                            )
-                        })?;
-                        let cert = Certificate::from_pem(&pem).map_err(|e| {
-                            invalid(
-                                "SMTP_CA_FILE",
-                                format!("{} is not a PEM certificate: {e}", path.display()),
-                            )
-                        })?;
-                        params = params.add_root_certificate(cert);
-                    }
-                    params
-                        .build_rustls()
-                        .map_err(|e| invalid("SMTP_HOST", format!("TLS setup failed: {e}")))
-                };
-                builder = match smtp.security {
-                    SmtpSecurity::Starttls => builder.tls(Tls::Required(tls()?)),
-                    SmtpSecurity::Tls => builder.tls(Tls::Wrapper(tls()?)),
-                    SmtpSecurity::None => builder.tls(Tls::None),
-                };
-                match (&smtp.username, &smtp.password) {
-                    (Some(_), _) if smtp.security == SmtpSecurity::None => {
-                        return Err(invalid(
-                            "SMTP_SECURITY",
-                            "credentials are never sent over an unencrypted connection; use starttls or tls".into(),
-                        ));
-                    }
-                    (Some(user), Some(password)) => {
-                        builder = builder
-                            .credentials(Credentials::new(user.clone(), password.clone()))
-                            .authentication(vec![Mechanism::Plain, Mechanism::Login]);
-                    }
-                    (Some(_), None) => {
-                        return Err(invalid(
-                            "SMTP_PASSWORD",
-                            "is required with SMTP_USERNAME".into(),
-                        ));
-                    }
-                    (None, _) => {}
-                }
-                Some(Arc::new(EmailSender {
-                    transport: builder.build(),
-                    from,
-                    domain,
-                }))
-            }
+            (Some(host), Some(sender)) => (host, sender),
         };
-        let mut roots = rustls::RootCertStore::empty();
-        roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
-        for pem in webhook_roots {
-            for cert in rustls_pemfile_certs(pem) {
-                roots.add(cert).map_err(|e| {
-                    invalid("webhook CA", format!("not a usable CA certificate: {e}"))
-                })?;
+        let from: Mailbox = sender.parse().map_err(|e| {
+            invalid(
+                "SMTP_SENDER",
+                format!("{sender:?} is not an email address: {e}"),
+            )
+        })?;
+        let domain = from.email.domain().to_owned();
+        let mut builder = AsyncSmtpTransport::<Tokio1Executor>::builder_dangerous(host)
+            .port(smtp.port)
+            .timeout(Some(StdDuration::from_secs(20)))
+            .pool_config(
+                PoolConfig::new()
+                    .max_size(4)
+                    .idle_timeout(StdDuration::from_secs(60)),
+            );
+        builder = match smtp.security {
+            SmtpSecurity::Starttls => builder.tls(Tls::Required(smtp_tls(smtp, host)?)),
+            SmtpSecurity::Tls => builder.tls(Tls::Wrapper(smtp_tls(smtp, host)?)),
+            SmtpSecurity::None => builder.tls(Tls::None),
+        };
+        match (&smtp.username, &smtp.password) {
+            (Some(_), _) if smtp.security == SmtpSecurity::None => {
+                return Err(invalid(
+                    "SMTP_SECURITY",
+                    "credentials are never sent over an unencrypted connection; use starttls or tls".into(),
+                ));
             }
+            (Some(user), Some(password)) => {
+                builder = builder
+                    .credentials(Credentials::new(user.clone(), password.clone()))
+                    .authentication(vec![Mechanism::Plain, Mechanism::Login]);
+            }
+            (Some(_), None) => {
+                return Err(invalid(
+                    "SMTP_PASSWORD",
+                    "is required with SMTP_USERNAME".into(),
+                ));
+            }
+            (None, _) => {}
         }
-        let tls = rustls::ClientConfig::builder()
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-        let connector = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config(tls)
-            .https_only()
-            .enable_http1()
-            .build();
-        let http = Client::builder(TokioExecutor::new()).build(connector);
+        Ok(Some(Self {
+            transport: builder.build(),
+            from,
+            domain,
+        }))
+    }
+}
+
+/// The TLS parameters of the SMTP connection to `host`, trusting `SMTP_CA_FILE` besides the
+/// system's roots.
+fn smtp_tls(smtp: &SmtpSettings, host: &str) -> Result<TlsParameters, NotifyConfigError> {
+    let mut params = TlsParameters::builder(host.to_owned());
+    if let Some(path) = &smtp.ca_file {
+        let pem = std::fs::read(path).map_err(|e| {
+            invalid(
+                "SMTP_CA_FILE",
+                format!("cannot read {}: {e}", path.display()),
+            )
+        })?;
+        let cert = Certificate::from_pem(&pem).map_err(|e| {
+            invalid(
+                "SMTP_CA_FILE",
+                format!("{} is not a PEM certificate: {e}", path.display()),
+            )
+        })?;
+        params = params.add_root_certificate(cert);
+    }
+    params
+        .build_rustls()
+        .map_err(|e| invalid("SMTP_HOST", format!("TLS setup failed: {e}")))
+}
+
+/// The HTTPS client of webhook notifications: the public web roots and `roots` (extra PEM CA
+/// certificates), HTTPS only.
+fn https_client(roots_pem: &[Vec<u8>]) -> Result<HttpsClient, NotifyConfigError> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+    for pem in roots_pem {
+        for cert in rustls_pemfile_certs(pem) {
+            roots
+                .add(cert)
+                .map_err(|e| invalid("webhook CA", format!("not a usable CA certificate: {e}")))?;
+        }
+    }
+    let tls = rustls::ClientConfig::builder()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let connector = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls)
+        .https_only()
+        .enable_http1()
+        .build();
+    Ok(Client::builder(TokioExecutor::new()).build(connector))
+}
+
+impl Notifiers {
+    /// Builds the senders. `webhook_roots` are extra PEM CA certificates trusted for webhook
+    /// notifications, besides the public web roots. Must run inside a Tokio runtime (the SMTP
+    /// connection pool starts a task).
+    pub fn new(smtp: &SmtpSettings, webhook_roots: &[Vec<u8>]) -> Result<Self, NotifyConfigError> {
         Ok(Self {
-            email,
-            http,
+            email: EmailSender::new(smtp)?.map(Arc::new),
+            http: https_client(webhook_roots)?,
             timeout: StdDuration::from_secs(15),
         })
     }
@@ -515,6 +425,7 @@ fn rustls_pemfile_certs(pem: &[u8]) -> Vec<rustls::pki_types::CertificateDer<'st
 #[cfg(test)]
 mod tests {
     use super::*;
+    use chrono::{DateTime, Utc};
 
     fn ctx() -> NotificationSubject {
         NotificationSubject {

@@ -1,55 +1,29 @@
-//! Wiring: clients built once, leader election, the three controllers, the inventory loop, the
-//! admin port and graceful shutdown.
+//! Wiring: clients built once, leader election, the watches (`feeds`), the five controllers,
+//! the inventory loop, the admin port and graceful shutdown.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use booking_shared::api::{Booking, BookingScheduler, Resource, ResourceMonitor};
+use booking_shared::api::{BookingScheduler, ResourceMonitor};
 use booking_shared::ops;
 use booking_shared::time::system_clock;
-use futures::channel::mpsc;
-use futures::{Stream, StreamExt};
+use futures::Stream;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::Api;
 use kube::runtime::controller::Controller;
-use kube::runtime::reflector::ObjectRef;
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 use tokio::sync::watch;
 
 use crate::admin::{Admin, Readiness};
 use crate::aws::sdk::load_config;
 use crate::config::{Args, RetryMode};
-use crate::context::{Caches, Context, Settings};
-use crate::fanout::{Fanout, Synced};
-use crate::index::{BookingIndex, Change};
+use crate::context::{Context, Settings};
+use crate::feeds::{Feeds, api};
 use crate::leader::{self, LeaseConfig};
 use crate::metrics::Metrics;
 use crate::reconcile::{self, drive};
 use crate::tags::TagKeys;
-use crate::triggers::{ResourceTriggers, bookings_of, of_booking_change};
-
-fn api<K>(client: &kube::Client, namespace: &str) -> Api<K>
-where
-    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
-{
-    if namespace.is_empty() {
-        Api::all(client.clone())
-    } else {
-        Api::namespaced(client.clone(), namespace)
-    }
-}
-
-/// Drops from a cached object what no reconciler reads: `metadata.managedFields` and the
-/// `kubectl.kubernetes.io/last-applied-configuration` annotation (a full copy of the spec).
-/// Together they are most of a Booking's size.
-fn strip_cached<K: kube::Resource>(obj: &mut K) {
-    let meta = obj.meta_mut();
-    meta.managed_fields = None;
-    if let Some(a) = meta.annotations.as_mut() {
-        a.remove("kubectl.kubernetes.io/last-applied-configuration");
-    }
-}
 
 /// A stream that yields once per change of `rx`.
 fn ticks(rx: watch::Receiver<u64>) -> impl Stream<Item = ()> + Send + 'static {
@@ -207,169 +181,6 @@ async fn lead(
     }
     tracing::info!(identity = %cfg.identity, "leading");
     Some(tokio::spawn(leader::keep(leases, cfg, release)))
-}
-
-/// The event streams the controllers are fed from: one watch and one cache per kind, shared by
-/// every controller that reads it (see `fanout` for why not kube's shared streams), and the
-/// triggers computed from them (see `triggers`).
-struct Feeds {
-    booking_events: mpsc::UnboundedReceiver<Arc<Booking>>,
-    notification_events: mpsc::UnboundedReceiver<Arc<Booking>>,
-    resource_events: mpsc::UnboundedReceiver<Arc<Resource>>,
-    bookings_store: kube::runtime::reflector::Store<Booking>,
-    booking_triggers: mpsc::UnboundedReceiver<ObjectRef<Booking>>,
-    resource_triggers: mpsc::UnboundedReceiver<ObjectRef<Resource>>,
-}
-
-impl Feeds {
-    /// Starts the Booking and Resource watches. Cached objects drop what no reconciler reads
-    /// (managedFields, the last-applied annotation), which is most of a small object's size.
-    /// The cache and the index are updated before any trigger is sent (the fan-out's too), so a
-    /// reconcile never decides on a cache older than its trigger (a deleted active booking must
-    /// release its group).
-    fn new(client: &kube::Client, ns: &str, metrics: Metrics) -> (Caches, Self) {
-        let (bookings_store, bookings_writer) = kube::runtime::reflector::store::<Booking>();
-        let (resources_store, resources_writer) = kube::runtime::reflector::store::<Resource>();
-        let index = Arc::new(BookingIndex::default());
-        let resources_synced = Arc::new(Synced::default());
-        let (resource_tx, resource_triggers) = mpsc::unbounded::<ObjectRef<Resource>>();
-        let (booking_tx, booking_triggers) = mpsc::unbounded::<ObjectRef<Booking>>();
-        let mut booking_fanout = Fanout::<Booking>::default();
-        let mut resource_fanout = Fanout::<Resource>::default();
-        let feeds = Self {
-            booking_events: booking_fanout.subscribe(),
-            notification_events: booking_fanout.subscribe(),
-            resource_events: resource_fanout.subscribe(),
-            bookings_store: bookings_store.clone(),
-            booking_triggers,
-            resource_triggers,
-        };
-        let wc = watcher::Config::default();
-        // Bookings are listed from etcd, never from the API server's watch cache: right after
-        // an API server restart that cache can serve a list older than what is stored, and a
-        // booking missing from it would read as "no booking" and stop a held group.
-        let booking_wc = wc.clone().list_semantic(watcher::ListSemantic::MostRecent);
-        let bookings_feed = booking_feed(
-            cached_watch(bookings_writer, api(client, ns), booking_wc),
-            bookings_store.clone(),
-            index.clone(),
-            booking_fanout,
-            resource_tx,
-            booking_tx.clone(),
-            metrics,
-        );
-        let resources_feed = resource_feed(
-            cached_watch(resources_writer, api(client, ns), wc),
-            resources_store.clone(),
-            index.clone(),
-            resources_synced.clone(),
-            resource_fanout,
-            booking_tx,
-        );
-        // The feeds end with the process; the controllers' graceful shutdown stops them first.
-        tokio::spawn(bookings_feed);
-        tokio::spawn(resources_feed);
-        let caches = Caches {
-            index,
-            resources: resources_store,
-            resources_synced,
-        };
-        (caches, feeds)
-    }
-}
-
-/// A watch of `api` feeding `writer`'s cache, with kube's default backoff; cached objects drop
-/// what no reconciler reads (see [`strip_cached`]).
-fn cached_watch<K>(
-    writer: kube::runtime::reflector::store::Writer<K>,
-    api: Api<K>,
-    wc: watcher::Config,
-) -> impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static
-where
-    K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-    K: Send + Sync + 'static,
-{
-    kube::runtime::reflector(
-        writer,
-        watcher(api, wc).default_backoff().modify(strip_cached),
-    )
-}
-
-/// The Booking feed: the index first, then the fan-out, then the triggers its change computes.
-fn booking_feed(
-    events: impl Stream<Item = Result<watcher::Event<Booking>, watcher::Error>> + Send + 'static,
-    store: kube::runtime::reflector::Store<Booking>,
-    index: Arc<BookingIndex>,
-    fanout: Fanout<Booking>,
-    resource_tx: mpsc::UnboundedSender<ObjectRef<Resource>>,
-    booking_tx: mpsc::UnboundedSender<ObjectRef<Booking>>,
-    metrics: Metrics,
-) -> impl std::future::Future<Output = ()> + Send + 'static {
-    events.for_each(move |ev| {
-        let change = match &ev {
-            Ok(watcher::Event::Apply(b)) => index.apply(b),
-            Ok(watcher::Event::Delete(b)) => index.delete(b),
-            Ok(watcher::Event::InitDone) => index.rebuild(store.state().iter().map(|b| b.as_ref())),
-            Ok(_) => Change::default(),
-            Err(e) => {
-                tracing::warn!(error = %e, "booking watch error; retrying");
-                index.mark_stale();
-                Change::default()
-            }
-        };
-        if let Ok(ev) = &ev {
-            fanout.send(&store, ev);
-        }
-        metrics.set_active_bookings(i64::try_from(index.in_progress()).unwrap_or(i64::MAX));
-        let (resources, bookings) = of_booking_change(&index, change);
-        for r in resources {
-            let _ = resource_tx.unbounded_send(r);
-        }
-        for b in bookings {
-            let _ = booking_tx.unbounded_send(b);
-        }
-        futures::future::ready(())
-    })
-}
-
-/// The Resource feed: marks the first full list, then the fan-out, then wakes the bookings of
-/// the Resources an event concerns.
-fn resource_feed(
-    events: impl Stream<Item = Result<watcher::Event<Resource>, watcher::Error>> + Send + 'static,
-    store: kube::runtime::reflector::Store<Resource>,
-    index: Arc<BookingIndex>,
-    synced: Arc<Synced>,
-    fanout: Fanout<Resource>,
-    booking_tx: mpsc::UnboundedSender<ObjectRef<Booking>>,
-) -> impl std::future::Future<Output = ()> + Send + 'static {
-    let mut triggers = ResourceTriggers::default();
-    events.for_each(move |ev| {
-        let concerned = match &ev {
-            Ok(ev) => {
-                if matches!(ev, watcher::Event::InitDone) {
-                    synced.mark();
-                }
-                let relisted = || {
-                    store
-                        .state()
-                        .iter()
-                        .map(|r| ObjectRef::from_obj(r.as_ref()))
-                        .collect()
-                };
-                let concerned = triggers.on_event(ev, relisted, || index.resources());
-                fanout.send(&store, ev);
-                concerned
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "resource watch error; retrying");
-                Vec::new()
-            }
-        };
-        for b in bookings_of(&index, &concerned) {
-            let _ = booking_tx.unbounded_send(b);
-        }
-        futures::future::ready(())
-    })
 }
 
 /// The five controllers, run until the shutdown signal.

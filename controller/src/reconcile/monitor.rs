@@ -3,7 +3,7 @@
 //! represents yet; optionally prunes the Resources it created whose group disappeared — only on
 //! the strength of complete listings.
 //!
-//! [`scan`] reads the inventories; [`decide`] (pure) turns the scan and the existing Resources
+//! `scan` reads the inventories; [`decide`] (pure) turns the scan and the existing Resources
 //! into creations, deletions and the status; [`reconcile`] does them.
 
 use std::collections::BTreeSet;

@@ -1,0 +1,271 @@
+//! The AWS calls of one Resource reconcile, the memory of their attempts, and the Events that
+//! report them.
+
+use std::collections::BTreeMap;
+
+use booking_shared::api::{ProviderType, Resource};
+use chrono::{DateTime, Utc};
+
+use crate::aws::executor::{Outcomes, Target};
+use crate::context::Context;
+use crate::model::Member;
+use crate::plan::{Attempt, Op, Plan};
+
+pub(super) fn forget_settled(ctx: &Context, p: &Plan) {
+    let mut attempts = ctx
+        .groups
+        .attempts
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
+    for id in &p.settled {
+        attempts.remove(id);
+    }
+}
+
+/// The outcomes of one reconcile's AWS calls (`None`: not called).
+#[derive(Default)]
+pub(super) struct Done {
+    locked: Option<Outcomes>,
+    started: Option<Outcomes>,
+    stopped: Option<Outcomes>,
+    unlocked: Outcomes,
+}
+
+impl Done {
+    pub(super) fn acted(&self) -> bool {
+        self.locked.is_some()
+            || self.started.is_some()
+            || self.stopped.is_some()
+            || !self.unlocked.is_empty()
+    }
+}
+
+/// Sends the plan's AWS calls. The lock tags, the start and the stop go out together, before any
+/// Event is written: a start joins the executor's batch window at once, with the starts of every
+/// other Resource booked for the same instant. Records the attempts of starts and stops.
+pub(super) async fn act(
+    ctx: &Context,
+    provider: ProviderType,
+    region: &str,
+    members: &[Member],
+    p: &Plan,
+) -> Done {
+    let exec = &ctx.groups.executor;
+    let target = |id: &str| Target {
+        id: id.to_owned(),
+        arn: members
+            .iter()
+            .find(|m| m.id == id)
+            .and_then(|m| m.arn.clone()),
+    };
+    let lock_targets: Vec<Target> = p.lock.ids.iter().map(|id| target(id)).collect();
+    let (locked, started, stopped) = tokio::join!(
+        async {
+            if lock_targets.is_empty() {
+                None
+            } else {
+                Some(
+                    exec.tag(provider, region, &lock_targets, &p.lock.tags)
+                        .await,
+                )
+            }
+        },
+        async {
+            if p.start.is_empty() {
+                None
+            } else {
+                Some(exec.start(provider, region, &p.start).await)
+            }
+        },
+        async {
+            if p.stop.is_empty() {
+                None
+            } else {
+                Some(exec.stop(provider, region, &p.stop, p.hibernate).await)
+            }
+        },
+    );
+    let now = ctx.now();
+    if let Some(out) = &started {
+        record(ctx, Op::Start, out, now);
+    }
+    if let Some(out) = &stopped {
+        record(ctx, Op::Stop, out, now);
+    }
+    let mut unlocked = Vec::new();
+    for (id, keys) in &p.unlock {
+        let outcome = exec.untag(provider, region, &target(id), keys).await;
+        unlocked.push((id.clone(), outcome));
+    }
+    Done {
+        locked,
+        started,
+        stopped,
+        unlocked,
+    }
+}
+
+fn record(ctx: &Context, op: Op, outcomes: &Outcomes, now: DateTime<Utc>) {
+    let mut attempts = ctx
+        .groups
+        .attempts
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
+    for (id, r) in outcomes {
+        let count = attempts
+            .get(id)
+            .filter(|a| a.op == op)
+            .map_or(1, |a| a.count.saturating_add(1));
+        attempts.insert(
+            id.clone(),
+            Attempt {
+                op,
+                count,
+                at: now,
+                error: r.as_ref().err().map(ToString::to_string),
+            },
+        );
+    }
+}
+
+/// The Events of one reconcile: the plan's notes, then one Event per kind of call and outcome
+/// for the whole group (Events with the same reason are merged into one series, so one per
+/// instance would show only the first).
+pub(super) async fn report(
+    ctx: &Context,
+    res: &Resource,
+    provider: ProviderType,
+    p: &Plan,
+    done: &Done,
+) {
+    for note in &p.notes {
+        ctx.events
+            .publish(
+                res,
+                note.warning,
+                note.reason,
+                "Observe",
+                note.message.clone(),
+            )
+            .await;
+    }
+    let why = why(&p.summary);
+    if let Some(out) = &done.locked {
+        publish_outcomes(
+            ctx,
+            res,
+            out,
+            ("Tag", "Locked", "LockFailed"),
+            |ids| format!("lock tags written on {ids} ({why})"),
+            |errors| format!("could not write lock tags: {errors}"),
+        )
+        .await;
+    }
+    if let Some(out) = &done.started {
+        let ok = publish_outcomes(
+            ctx,
+            res,
+            out,
+            ("Start", "Started", "StartFailed"),
+            |ids| format!("started {provider} {ids} ({why})"),
+            |errors| format!("start failed, will retry with backoff: {errors}"),
+        )
+        .await;
+        if !ok.is_empty() {
+            tracing::info!(members = ?ok, %why, "started");
+        }
+    }
+    if let Some(out) = &done.stopped {
+        let how = if p.hibernate {
+            " (hibernating where supported)"
+        } else {
+            ""
+        };
+        let ok = publish_outcomes(
+            ctx,
+            res,
+            out,
+            ("Stop", "Stopped", "StopFailed"),
+            |ids| format!("stopped {provider} {ids}{how} ({why})"),
+            |errors| format!("stop failed, will retry with backoff: {errors}"),
+        )
+        .await;
+        if !ok.is_empty() {
+            tracing::info!(members = ?ok, %why, "stopped");
+        }
+    }
+    if !done.unlocked.is_empty() {
+        publish_outcomes(
+            ctx,
+            res,
+            &done.unlocked,
+            ("Untag", "Unlocked", "UnlockFailed"),
+            |ids| format!("lock tags removed from {ids}"),
+            |errors| format!("could not remove lock tags from {errors}"),
+        )
+        .await;
+    }
+}
+
+/// Publishes, for one kind of call (`action`), one Event `ok_reason` naming the members that
+/// succeeded and one Warning `failed_reason` naming those that failed with their errors.
+/// Returns the members that succeeded.
+async fn publish_outcomes<'a>(
+    ctx: &Context,
+    res: &Resource,
+    outcomes: &'a Outcomes,
+    (action, ok_reason, failed_reason): (&str, &str, &str),
+    ok_note: impl Fn(&str) -> String,
+    failed_note: impl Fn(&str) -> String,
+) -> Vec<&'a str> {
+    let ok: Vec<&str> = outcomes
+        .iter()
+        .filter(|(_, r)| r.is_ok())
+        .map(|(id, _)| id.as_str())
+        .collect();
+    let failed: Vec<String> = outcomes
+        .iter()
+        .filter_map(|(id, r)| r.as_ref().err().map(|e| format!("{id}: {e}")))
+        .collect();
+    if !ok.is_empty() {
+        let note = ok_note(&ok.join(", "));
+        ctx.events
+            .publish(res, false, ok_reason, action, note)
+            .await;
+    }
+    if !failed.is_empty() {
+        let note = failed_note(&failed.join("; "));
+        ctx.events
+            .publish(res, true, failed_reason, action, note)
+            .await;
+    }
+    ok
+}
+
+/// Why the group is acted on, for the Events.
+pub(super) fn why(s: &crate::plan::Summary) -> String {
+    match (&s.active_booking, &s.holder_user, &s.holder_until) {
+        (Some(b), Some(u), Some(until)) => format!("booking {b} of {u} until {until}"),
+        (None, Some(u), Some(until)) => format!("manual booking of {u} until {until}"),
+        _ => "no active booking".to_owned(),
+    }
+}
+
+/// The earlier attempts on `members` (the plan reads only those): a copy of this group's
+/// entries, not of every member of every group, which 1,000 Resources reconciling together
+/// would each copy.
+pub(super) fn group_attempts(
+    ctx: &Context,
+    members: Option<&[Member]>,
+) -> BTreeMap<String, Attempt> {
+    let all = ctx
+        .groups
+        .attempts
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
+    members
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|m| all.get(&m.id).map(|a| (m.id.clone(), a.clone())))
+        .collect()
+}

@@ -1,0 +1,74 @@
+//! What makes a planned stop of a Resource's group wait: a Booking watch that may have missed
+//! a booking, and a scheduler about to create the next booking of a handover.
+
+use booking_shared::arbitration::{BookingView, holder_at};
+use chrono::{DateTime, Utc};
+use kube::api::Api;
+
+use crate::context::Context;
+
+/// Whether a planned stop may go out. While the Booking watch has failed since its last full
+/// list, a booking created meanwhile (the next one of a handover, created while the API server
+/// restarted) may be missing from the cache; stopping is what cannot be taken back, so the API
+/// server is asked first (a consistent list).
+pub(super) async fn stop_is_safe(ctx: &Context, ns: &str, name: &str, now: DateTime<Utc>) -> bool {
+    if !ctx.caches.index.is_stale() {
+        return true;
+    }
+    let listed = Api::<booking_shared::api::Booking>::namespaced(ctx.client.clone(), ns)
+        .list(&Default::default())
+        .await;
+    match listed {
+        Ok(all) => {
+            let views: Vec<BookingView> = all
+                .items
+                .iter()
+                .filter(|b| b.spec.resource_name == name)
+                .map(BookingView::of)
+                .collect();
+            holder_at(&views, now).is_none()
+        }
+        Err(_) => false,
+    }
+}
+
+/// How long a booking ending at a fire time of a BookingScheduler of the same Resource waits
+/// for the scheduler's next booking before the group is stopped: long enough for the scheduler
+/// to create it after an API server restart.
+const HANDOVER_GRACE: chrono::Duration = chrono::Duration::seconds(30);
+
+/// Schedulers create their bookings at the fire time, never before; when one booking of a
+/// scheduler ends exactly as the next fires, the next booking appears some milliseconds after the
+/// boundary. Instead of stopping the group and starting it again at once, wait (briefly) for it.
+/// Returns the delay before looking again, or `None` to proceed.
+pub(super) async fn scheduler_handover(
+    client: &kube::Client,
+    ns: &str,
+    resource: &str,
+    views: &[BookingView],
+    now: DateTime<Utc>,
+) -> Option<std::time::Duration> {
+    use booking_shared::{api::BookingScheduler, schedule::CronSchedule};
+    let just_ended = views
+        .iter()
+        .filter_map(|v| v.slot.as_ref().ok())
+        .map(|s| s.end)
+        .filter(|end| *end <= now && now - *end < HANDOVER_GRACE)
+        .max()?;
+    let schedulers: Api<BookingScheduler> = Api::namespaced(client.clone(), ns);
+    let Ok(list) = schedulers.list(&Default::default()).await else {
+        // Whether a scheduler fires now cannot be told: wait rather than stop.
+        return Some(std::time::Duration::from_millis(500));
+    };
+    let fires_then = list.items.iter().any(|s| {
+        s.spec.booking_template.resource_name == resource
+            && CronSchedule::parse_in(&s.spec.schedule, s.spec.time_zone.as_deref())
+                .ok()
+                .and_then(|c| c.next_after(just_ended - chrono::Duration::milliseconds(1)))
+                == Some(just_ended)
+    });
+    fires_then.then(|| {
+        tracing::debug!(%just_ended, "waiting for the scheduler's next booking before stopping");
+        std::time::Duration::from_millis(250)
+    })
+}

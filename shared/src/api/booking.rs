@@ -1,0 +1,138 @@
+//! The Booking: a slot of one Resource for one user, with its notifications.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::*;
+
+/// A time slot during which the instances of one Resource run.
+///
+/// The slot is the half-open interval [start_at, end_at): the group is started at `start_at` and
+/// stopped at `end_at`, and a booking may start exactly when another one ends.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[kube(
+    group = "manager.kotaico.de",
+    version = "v1",
+    kind = "Booking",
+    namespaced,
+    status = "BookingStatus",
+    shortname = "bk",
+    category = "resourcebooking",
+    printcolumn = r#"{"name":"RESOURCE","type":"string","jsonPath":".spec.resource_name"}"#,
+    printcolumn = r#"{"name":"START","type":"string","jsonPath":".spec.start_at"}"#,
+    printcolumn = r#"{"name":"END","type":"string","jsonPath":".spec.end_at"}"#,
+    printcolumn = r#"{"name":"STATUS","type":"string","jsonPath":".status.status"}"#,
+    printcolumn = r#"{"name":"AGE","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[x_kube(validation = Rule::new(end_after_start_rule())
+    .message("end_at must be after start_at: bookings are the half-open interval [start_at, end_at)")
+    .field_path(".end_at")
+    .reason(Reason::FieldValueInvalid))]
+pub struct BookingSpec {
+    /// Name of the Resource (in the booking's namespace) whose instances this booking runs,
+    /// e.g. `ec2.analytics`.
+    #[schemars(length(min = 1, max = 253))]
+    pub resource_name: String,
+    /// Start of the slot: an RFC 3339 timestamp with an explicit offset, e.g.
+    /// `2031-01-10T22:35:00Z` or `2031-01-10T23:35:00+01:00`; fractional seconds allowed.
+    /// The group is started at this instant.
+    #[schemars(schema_with = "rfc3339_schema")]
+    pub start_at: String,
+    /// End of the slot (exclusive): an RFC 3339 timestamp after `start_at`. The group is stopped
+    /// at this instant.
+    #[schemars(schema_with = "rfc3339_schema")]
+    pub end_at: String,
+    /// Who the booking is for. Written into the instances' `locked-by` tag while the booking is
+    /// in progress. When absent, the admission webhook fills in the requesting user's name.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub user_id: String,
+    /// Notifications sent shortly before the booking ends.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notifications: Vec<Notification>,
+}
+
+/// One notification of a booking.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]
+pub struct Notification {
+    /// How to notify: `email` (recipient is an email address) or `webhook` (recipient is an
+    /// `https` URL that receives a JSON POST, e.g. a Slack incoming webhook).
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// Who receives the notification; its form depends on `type`.
+    pub recipient: String,
+    /// Minutes before the booking's end at which the notification is sent. Defaults to 20.
+    #[serde(
+        rename = "leadMinutes",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schemars(range(min = 0, max = 10080))]
+    pub lead_minutes: Option<u32>,
+}
+
+/// Phase of a booking, as written to `status.status`.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
+pub enum BookingPhase {
+    /// Before `start_at`.
+    #[serde(rename = "SCHEDULED")]
+    Scheduled,
+    /// In [start_at, end_at) and holding its Resource.
+    #[serde(rename = "IN PROGRESS")]
+    InProgress,
+    /// At or after `end_at`.
+    #[serde(rename = "FINISHED")]
+    Finished,
+    /// In its slot but overlapping an earlier-created booking of the same Resource, which holds
+    /// the Resource instead.
+    #[serde(rename = "CONFLICT")]
+    Conflict,
+}
+
+impl BookingPhase {
+    /// The wire string, as `kubectl get` prints it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Scheduled => "SCHEDULED",
+            Self::InProgress => "IN PROGRESS",
+            Self::Finished => "FINISHED",
+            Self::Conflict => "CONFLICT",
+        }
+    }
+}
+
+impl std::fmt::Display for BookingPhase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Observed state of a Booking, written only by the controller.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+pub struct BookingStatus {
+    /// `SCHEDULED`, `IN PROGRESS`, `FINISHED` or `CONFLICT`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<BookingPhase>,
+    /// True once every notification of the booking has been sent.
+    #[serde(default)]
+    pub notification_sent: bool,
+    /// Notifications already sent, as `<index>:<type>:<recipient>` keys, so that each is sent
+    /// at most once.
+    #[serde(
+        rename = "notificationsSent",
+        default,
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub notifications_sent: Vec<String>,
+    /// Standard conditions (`Ready`, …).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    /// The `metadata.generation` this status was computed from.
+    #[serde(
+        rename = "observedGeneration",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub observed_generation: Option<i64>,
+}

@@ -1,0 +1,162 @@
+//! Checks of single fields shared by the kinds, each adding to a report.
+
+use super::*;
+
+/// Whether `name` is a valid Kubernetes object name (RFC 1123 subdomain: at most 253
+/// characters of lower-case letters, digits, `-` and `.`, starting and ending alphanumeric).
+pub fn is_object_name(name: &str) -> bool {
+    let b = name.as_bytes();
+    !b.is_empty()
+        && b.len() <= 253
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, b'-' | b'.'))
+        && b[0].is_ascii_alphanumeric()
+        && b[b.len() - 1].is_ascii_alphanumeric()
+}
+
+pub(super) fn check_resource_name(r: &mut Report, field: &str, name: &str) {
+    if !is_object_name(name) {
+        r.deny(
+            field,
+            format!(
+                "{field}: {name:?} is not a valid Resource name; use the name of a Resource in the same namespace: at most 253 lower-case letters, digits, '-' or '.', starting and ending with a letter or digit, e.g. ec2.analytics"
+            ),
+        );
+    }
+}
+
+pub(super) fn check_user_id(r: &mut Report, field: &str, user: &str) {
+    if user.trim().is_empty() {
+        r.deny(
+            field,
+            format!(
+                "{field}: {user:?} is empty; set it to the person the booking is for (the mutating webhook fills it from the requesting user when it is registered)"
+            ),
+        );
+    } else if user.chars().count() > MAX_TAG_VALUE_LEN {
+        r.deny(
+            field,
+            format!(
+                "{field}: {user:?} is longer than {MAX_TAG_VALUE_LEN} characters, the most an AWS tag value can hold; use a shorter user id"
+            ),
+        );
+    }
+}
+
+pub(super) fn check_notifications(
+    r: &mut Report,
+    path: &str,
+    notifications: &[Notification],
+    slot: Option<Slot>,
+) {
+    for (i, n) in notifications.iter().enumerate() {
+        let at = format!("{path}[{i}]");
+        match n.type_.as_str() {
+            "email" => {
+                if let Err(e) = email_address::EmailAddress::from_str(&n.recipient) {
+                    r.deny(
+                        format!("{at}.recipient"),
+                        format!(
+                            "{at}.recipient: {:?} is not a valid email address ({e}); write it like ann@example.com",
+                            n.recipient
+                        ),
+                    );
+                }
+            }
+            "webhook" => check_webhook_url(r, &format!("{at}.recipient"), &n.recipient),
+            other => r.deny(
+                format!("{at}.type"),
+                format!(
+                    "{at}.type: {other:?} is not a known notification type; use one of {}",
+                    SUPPORTED_NOTIFICATION_TYPES.join(", ")
+                ),
+            ),
+        }
+        if let Some(lead) = n.lead_minutes {
+            if lead > MAX_LEAD_MINUTES {
+                r.deny(
+                    format!("{at}.leadMinutes"),
+                    format!(
+                        "{at}.leadMinutes: {lead} is more than {MAX_LEAD_MINUTES} minutes (one week); give the minutes before the booking's end at which to notify"
+                    ),
+                );
+            } else if let Some(slot) = slot
+                && Duration::minutes(i64::from(lead)) >= slot.duration()
+            {
+                r.warn(format!(
+                    "{at}.leadMinutes: {lead} minutes is not shorter than the booking ({}); the notification is sent as soon as the booking starts",
+                    human_duration(slot.duration())
+                ));
+            }
+        }
+    }
+}
+
+pub(super) fn check_webhook_url(r: &mut Report, field: &str, value: &str) {
+    let problem = match url::Url::parse(value) {
+        Err(e) => Some(format!("it is not a URL ({e})")),
+        Ok(u) if u.scheme() != "https" => Some(format!(
+            "its scheme is {:?}, and notifications are only sent over https",
+            u.scheme()
+        )),
+        Ok(u) if u.host_str().is_none_or(str::is_empty) => Some("it has no host".to_owned()),
+        Ok(_) => None,
+    };
+    if let Some(problem) = problem {
+        r.deny(
+            field,
+            format!(
+                "{field}: {value:?} is not valid for a webhook notification: {problem}; give an https URL such as https://hooks.example.com/services/T000/B000"
+            ),
+        );
+    }
+}
+
+pub(super) fn check_resource_type(r: &mut Report, field: &str, value: &str) {
+    if ProviderType::parse(value).is_none() {
+        r.deny(field, unsupported_type_message(field, value));
+    }
+}
+
+/// Whether `region` looks like an AWS region name (`eu-central-1`, `us-gov-west-1`): two
+/// letters, one or more `-word` parts, and a `-number`.
+pub fn is_region(region: &str) -> bool {
+    let parts: Vec<&str> = region.split('-').collect();
+    parts.len() >= 3
+        && parts[0].len() == 2
+        && parts[0].bytes().all(|b| b.is_ascii_lowercase())
+        && parts[1..parts.len() - 1]
+            .iter()
+            .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_lowercase()))
+        && parts
+            .last()
+            .is_some_and(|n| !n.is_empty() && n.len() <= 3 && n.bytes().all(|b| b.is_ascii_digit()))
+}
+
+pub(super) fn check_region(r: &mut Report, field: &str, region: &str) {
+    if !is_region(region) {
+        r.deny(
+            field,
+            format!(
+                "{field}: {region:?} is not an AWS region name; write it like eu-central-1 or us-east-1, or leave it out to use the controller's region"
+            ),
+        );
+    }
+}
+
+/// `90` minutes as `1h30m`, `15` as `15m`, days as `2d`.
+pub(super) fn human_duration(d: Duration) -> String {
+    let total = d.num_minutes();
+    let (days, hours, minutes) = (total / 1440, (total % 1440) / 60, total % 60);
+    let mut s = String::new();
+    if days > 0 {
+        s.push_str(&format!("{days}d"));
+    }
+    if hours > 0 {
+        s.push_str(&format!("{hours}h"));
+    }
+    if minutes > 0 || s.is_empty() {
+        s.push_str(&format!("{minutes}m"));
+    }
+    s
+}
