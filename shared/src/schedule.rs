@@ -377,5 +377,10 @@ fn describe_cron_error(raw: &str) -> String {
         Some(i) if i + 1 < lines.len() => lines[i + 1..].join(" "),
         _ => raw.replace("Invalid expression: ", ""),
     };
-    reason.split_whitespace().collect::<Vec<_>>().join(" ")
+    // cron 0.17 words its inclusive maximum as "must be less than 59" (59 is accepted).
+    reason
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+        .replace(" must be less than ", " must be at most ")
 }

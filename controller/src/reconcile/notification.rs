@@ -30,7 +30,7 @@ use super::{ns_name, write_status};
 use crate::{
     conditions::{CondSpec, merge},
     context::Context,
-    error::Result,
+    error::{Error, Result},
     notify::{NotificationSubject, notification_key},
 };
 
@@ -130,7 +130,16 @@ pub async fn reconcile(b: Arc<Booking>, ctx: Arc<Context>) -> Result<Action> {
     );
     let mut current = current;
     if !due.now.is_empty() {
-        claim(&ctx, &mut current, &mut status, &due).await?;
+        match claim(&ctx, &mut current, &mut status, &due).await {
+            Ok(()) => {}
+            // The booking changed between the fresh read and the claim (its phase written by
+            // the booking reconciler, or another replica's claim): nothing was sent; read again.
+            Err(Error::Kube(kube::Error::Api(e))) if e.code == 409 => {
+                tracing::debug!("the booking changed since it was read; claiming again");
+                return Ok(Action::requeue(std::time::Duration::from_millis(200)));
+            }
+            Err(e) => return Err(e),
+        }
     }
     let (errors, retry) = send_due(&ctx, &b, &slot, &due, &mut status, now).await;
     record(&ctx, &b, &current, status, &errors, now).await?;

@@ -745,6 +745,26 @@ fn cron_errors_quote_the_expression_as_written_on_one_line() {
 }
 
 #[test]
+fn cron_range_errors_state_the_largest_value_allowed() {
+    for (expr, want) in [
+        ("60 * * * *", "must be at most 59"),
+        ("* 24 * * *", "must be at most 23"),
+    ] {
+        let m = denied(validate_booking_scheduler(
+            &scheduler(expr, 20),
+            &Policy::default(),
+            now(),
+        ))
+        .to_string();
+        assert!(m.contains(want) && !m.contains("less than"), "{expr}: {m}");
+    }
+    assert!(
+        validate_booking_scheduler(&scheduler("59 23 * * *", 20), &Policy::default(), now())
+            .is_ok()
+    );
+}
+
+#[test]
 fn scheduler_maximum_duration_policy() {
     let policy = Policy {
         max_booking_duration: Some(Duration::minutes(30)),

@@ -344,7 +344,11 @@ impl ManagedProcess {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        tracing::warn!(name = %self.name, "process ignored SIGTERM; sending SIGKILL");
+        tracing::warn!(
+            name = %self.name,
+            grace = ?STOP_GRACE,
+            "process had not exited within the grace after SIGTERM; sending SIGKILL"
+        );
         signal_group(self.child.id(), rustix::process::Signal::KILL);
         self.reap()
     }

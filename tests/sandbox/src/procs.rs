@@ -173,9 +173,10 @@ fn stop_wave(records: Vec<Recorded>, report: &mut StopReport) -> Result<()> {
     for r in &running {
         if r.alive() {
             note!(
-                "{} (pid {}) ignored SIGTERM; sending SIGKILL",
+                "{} (pid {}) had not exited {} s after SIGTERM; sending SIGKILL",
                 r.name,
-                r.pid
+                r.pid,
+                STOP_GRACE.as_secs()
             );
             signal_group(r.pid, rustix::process::Signal::KILL);
         }
