@@ -153,9 +153,14 @@ async fn a_leader_whose_lease_calls_stall_writes_nothing_once_the_standby_took_o
 
     // The takeover: the first moment the Lease is seen held by B, or its acquire time when that
     // is earlier (B's clock at the start of the winning attempt, before the write itself).
+    // The old leader's exit is watched meanwhile: it must stop before the takeover.
     let mut seen = None;
+    let mut a_exited = None;
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     while std::time::Instant::now() < deadline {
+        if a_exited.is_none() {
+            a_exited = a.process.try_exit_status().expect("exit status");
+        }
         let polled = SystemTime::now();
         if let (Some(h), acquired) = holder(&leases).await
             && h == "replica-b"
@@ -170,6 +175,23 @@ async fn a_leader_whose_lease_calls_stall_writes_nothing_once_the_standby_took_o
     assert!(
         took_over.duration_since(stalled_at).unwrap_or_default() >= Duration::from_secs(2),
         "the standby waited for the lease duration without a change"
+    );
+
+    let status = a_exited.unwrap_or_else(|| {
+        panic!(
+            "the old leader still ran when the standby took over\n{}",
+            a.process.log_tail(30)
+        )
+    });
+    assert!(
+        !status.success(),
+        "a lost leadership is an error exit: {status:?}"
+    );
+    let log = std::fs::read_to_string(a.process.stderr_path()).unwrap_or_default()
+        + &std::fs::read_to_string(a.process.stdout_path()).unwrap_or_default();
+    assert!(
+        log.contains("leadership lost") && log.contains("renew deadline"),
+        "the old leader says why it stopped:\n{log}"
     );
 
     wait_for("both groups running", Duration::from_secs(30), || async {
