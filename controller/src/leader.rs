@@ -68,6 +68,14 @@ impl Observed {
         }
     }
 
+    /// The holder of the record last seen (`""` when free or absent).
+    pub fn holder(&self) -> &str {
+        self.spec
+            .as_ref()
+            .and_then(|s| s.holder_identity.as_deref())
+            .unwrap_or("")
+    }
+
     /// Whether `identity` may take or keep the Lease at `now`: it is absent, free, ours, or
     /// another's record has not changed for its lease duration (`default` when it names none)
     /// since this replica saw it change.
@@ -295,7 +303,16 @@ impl Elector {
                     validity.send_replace(Validity::Until(valid_until));
                     None
                 }
-                Ok(false) => Some("another replica holds the Lease".to_owned()),
+                Ok(false)
+                    if !self.observed.holder().is_empty()
+                        && self.observed.holder() != self.cfg.identity =>
+                {
+                    Some(format!("{} holds the Lease", self.observed.holder()))
+                }
+                // A write conflict with the record still ours: tried again until the deadline.
+                Ok(false) => (Instant::now() >= valid_until).then(|| {
+                    "the Lease could not be renewed within the renew deadline (conflicts)".into()
+                }),
                 Err(e) => {
                     tracing::warn!(error = %e, "leader election: renewal failed");
                     (Instant::now() >= valid_until).then(|| {

@@ -60,6 +60,10 @@ fn expiry_is_judged_by_the_local_observation_of_a_change() {
             "case {i}: {seen:?}"
         );
     }
+    let mut o = Observed::default();
+    assert_eq!(o.holder(), "");
+    o.see(Some(&old), t0);
+    assert_eq!(o.holder(), "b");
     // The record's own duration counts; the default only when it names none.
     let mut short = old.clone();
     short.lease_duration_seconds = Some(5);
