@@ -678,4 +678,19 @@ mod tests {
             "ServiceUnavailable"
         );
     }
+
+    #[test]
+    fn a_stall_matches_every_method_until_cleared() {
+        let f = KubeFault::stall("/leases/", Duration::from_secs(5));
+        assert_eq!(f.stall, Some(Duration::from_secs(5)));
+        for m in [Method::GET, Method::PUT, Method::PATCH] {
+            assert!(f.matches(&m, "/apis/coordination.k8s.io/v1/namespaces/n/leases/l"));
+        }
+        assert!(!f.matches(
+            &Method::POST,
+            "/apis/coordination.k8s.io/v1/namespaces/n/leases"
+        ));
+        assert_eq!(f.remaining, usize::MAX);
+        assert_eq!(KubeFault::new(Method::GET, "/", 500).stall, None);
+    }
 }
