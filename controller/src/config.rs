@@ -94,12 +94,17 @@ pub struct LeaderArgs {
     /// Seconds a Lease stays valid without renewal.
     #[arg(long, env = "LEASE_DURATION_SECONDS", default_value_t = 15)]
     pub lease_duration_seconds: u64,
-    /// Seconds between renewals (less than the lease duration).
-    #[arg(long, env = "LEASE_RENEW_SECONDS", default_value_t = 5)]
+    /// Seconds between attempts to acquire or renew the Lease (the retry period; less than
+    /// the renew deadline).
+    #[arg(long, env = "LEASE_RENEW_SECONDS", default_value_t = 2)]
     pub lease_renew_seconds: u64,
     /// Identity of this replica; defaults to `POD_NAME`, else the host name and process ID.
     #[arg(long, env = "POD_NAME")]
     pub identity: Option<String>,
+    /// Seconds the leader keeps acting without a successful renewal (less than the lease
+    /// duration, more than the retry period); defaults to two thirds of the lease duration.
+    #[arg(long, env = "LEASE_RENEW_DEADLINE_SECONDS")]
+    pub lease_renew_deadline_seconds: Option<u64>,
 }
 
 /// Admin port and logging.
@@ -148,12 +153,17 @@ impl Args {
             )));
         }
         let l = &self.leader;
-        if l.leader_elect
-            && (l.lease_renew_seconds == 0 || l.lease_renew_seconds >= l.lease_duration_seconds)
-        {
+        let deadline = self.lease_renew_deadline().as_secs();
+        if l.leader_elect && !(1..deadline).contains(&l.lease_renew_seconds) {
             return Err(ConfigError(format!(
-                "--lease-renew-seconds ({}) must be at least 1 and less than --lease-duration-seconds ({})",
-                l.lease_renew_seconds, l.lease_duration_seconds
+                "--lease-renew-seconds ({}) must be at least 1 and less than the renew deadline ({deadline} s, --lease-renew-deadline-seconds)",
+                l.lease_renew_seconds
+            )));
+        }
+        if l.leader_elect && deadline >= l.lease_duration_seconds {
+            return Err(ConfigError(format!(
+                "--lease-renew-deadline-seconds ({deadline}) must be less than --lease-duration-seconds ({}): a leader must stop acting before another replica may take the Lease",
+                l.lease_duration_seconds
             )));
         }
         Ok(())
@@ -162,6 +172,15 @@ impl Args {
     /// The inventory refresh interval.
     pub fn inventory_interval(&self) -> Duration {
         Duration::from_secs(self.aws.inventory_interval_seconds)
+    }
+
+    /// The renew deadline: the configured one, else two thirds of the lease duration.
+    pub fn lease_renew_deadline(&self) -> Duration {
+        let l = &self.leader;
+        Duration::from_secs(
+            l.lease_renew_deadline_seconds
+                .unwrap_or(l.lease_duration_seconds * 2 / 3),
+        )
     }
 
     /// The namespace of the Lease.
@@ -204,5 +223,43 @@ mod tests {
             parse(&["--namespace", "team-a"]).lease_namespace(),
             "team-a"
         );
+    }
+
+    /// retry period < renew deadline < lease duration, the deadline two thirds of the duration
+    /// by default.
+    #[test]
+    fn lease_timings_are_ordered() {
+        // (duration, retry, deadline, accepted, derived deadline)
+        let cases: &[(&str, &str, Option<&str>, bool, u64)] = &[
+            ("15", "2", None, true, 10),
+            ("3", "1", None, true, 2),
+            ("30", "1", None, true, 20),
+            ("15", "2", Some("14"), true, 14),
+            ("15", "2", Some("15"), false, 15),
+            ("15", "2", Some("2"), false, 2),
+            ("15", "0", None, false, 10),
+            ("2", "1", None, false, 1),
+        ];
+        for (duration, retry, deadline, ok, derived) in cases {
+            let mut args = vec![
+                "--lease-duration-seconds",
+                duration,
+                "--lease-renew-seconds",
+                retry,
+            ];
+            if let Some(d) = deadline {
+                args.extend(["--lease-renew-deadline-seconds", d]);
+            }
+            let a = parse(&args);
+            assert_eq!(a.validate().is_ok(), *ok, "{args:?}: {:?}", a.validate());
+            assert_eq!(a.lease_renew_deadline(), Duration::from_secs(*derived));
+            if let Err(e) = a.validate() {
+                assert!(e.to_string().contains("--lease-renew"), "{e}");
+            }
+        }
+        let mut off = parse(&["--lease-duration-seconds", "2", "--leader-elect", "false"]);
+        off.validate().unwrap();
+        off.leader.lease_renew_seconds = 0;
+        off.validate().unwrap();
     }
 }

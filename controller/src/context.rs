@@ -16,11 +16,13 @@ use kube::runtime::reflector::Store;
 use tokio::sync::{Semaphore, SemaphorePermit};
 
 use crate::aws::executor::Executor;
+use crate::aws::fence::Fenced;
 use crate::aws::inventory::Inventory;
 use crate::aws::sdk::SdkClients;
 use crate::backoff::Backoff;
 use crate::fanout::Synced;
 use crate::index::BookingIndex;
+use crate::leader::Leadership;
 use crate::metrics::Metrics;
 use crate::notify::Notifiers;
 use crate::plan::Attempt;
@@ -64,6 +66,8 @@ pub struct Settings {
     pub max_concurrent_writes: usize,
     /// The notification senders.
     pub notifiers: Notifiers,
+    /// This replica's leadership, checked before every AWS write.
+    pub leadership: Leadership,
 }
 
 /// The caches the reconcilers read, filled by the watches `run` wires.
@@ -143,9 +147,10 @@ impl Context {
             settings.tag_keys.clone(),
             metrics.clone(),
         ));
+        // The executor writes through fenced clients: no AWS write once leadership has ended.
         let executor = Arc::new(Executor::new(
-            clients.clone(),
-            clients,
+            Arc::new(Fenced::new(clients.clone(), settings.leadership.clone())),
+            Arc::new(Fenced::new(clients, settings.leadership)),
             settings.batch_window,
         ));
         let api_writes = Arc::new(Semaphore::new(match settings.max_concurrent_writes {

@@ -20,7 +20,7 @@ use crate::aws::sdk::load_config;
 use crate::config::{Args, RetryMode};
 use crate::context::{Context, Settings};
 use crate::feeds::{Feeds, api};
-use crate::leader::{self, LeaseConfig};
+use crate::leader::{Elector, Leadership, LeaseConfig};
 use crate::metrics::Metrics;
 use crate::reconcile::{self, drive};
 use crate::tags::TagKeys;
@@ -84,13 +84,13 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     // (graceful shutdown), never at the signal itself: a successor must not act while this
     // replica still does (a mail sent but not yet recorded, a stop not yet reported).
     let (release_tx, release_rx) = watch::channel(false);
-    let leader_task = if args.leader.leader_elect {
+    let (leader_task, leadership) = if args.leader.leader_elect {
         match lead(&args, &client, &identity, shutdown_rx.clone(), release_rx).await {
-            Some(task) => Some(task),
+            Some((task, leadership)) => (Some(task), leadership),
             None => return Ok(()),
         }
     } else {
-        None
+        (None, Leadership::unfenced())
     };
     metrics.set_leader(true);
 
@@ -106,6 +106,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             .unwrap_or(chrono::Duration::seconds(30)),
         max_concurrent_writes: usize::from(args.kube.max_concurrent_reconciles),
         notifiers,
+        leadership,
     };
     let ctx = Context::new(
         client.clone(),
@@ -159,28 +160,31 @@ fn identity(args: &Args) -> String {
 type LeaderTask = tokio::task::JoinHandle<Result<(), String>>;
 
 /// Waits for leadership (before anything acts) and keeps it in a task; `None` when shut down
-/// while waiting.
+/// while waiting. The [`Leadership`] tells the AWS writes whether this replica still leads.
 async fn lead(
     args: &Args,
     client: &kube::Client,
     identity: &str,
     mut shutdown: watch::Receiver<bool>,
     release: watch::Receiver<bool>,
-) -> Option<LeaderTask> {
+) -> Option<(LeaderTask, Leadership)> {
     let cfg = LeaseConfig {
         name: args.leader.lease_name.clone(),
         namespace: args.lease_namespace(),
         identity: identity.to_owned(),
         duration: Duration::from_secs(args.leader.lease_duration_seconds),
-        renew: Duration::from_secs(args.leader.lease_renew_seconds),
+        renew_deadline: args.lease_renew_deadline(),
+        retry: Duration::from_secs(args.leader.lease_renew_seconds),
     };
     let leases: Api<Lease> = Api::namespaced(client.clone(), &cfg.namespace);
     tracing::info!(identity = %cfg.identity, lease = %cfg.name, "waiting for leadership");
-    if !leader::acquire(&leases, &cfg, &mut shutdown).await {
+    let (validity, leadership) = Leadership::channel();
+    let mut elector = Elector::new(leases, cfg.clone(), system_clock());
+    if !elector.acquire(&validity, &mut shutdown).await {
         return None;
     }
     tracing::info!(identity = %cfg.identity, "leading");
-    Some(tokio::spawn(leader::keep(leases, cfg, release)))
+    Some((tokio::spawn(elector.keep(validity, release)), leadership))
 }
 
 /// The five controllers, run until the shutdown signal.

@@ -6,6 +6,7 @@
 //! traits, so they are the same for the SDK and for fakes.
 
 pub mod executor;
+pub mod fence;
 pub mod inventory;
 pub mod sdk;
 #[cfg(test)]

@@ -13,6 +13,9 @@
 //!   server under load or behind a failing load balancer does;
 //! - cut every response still open, watches included ([`KubeProxy::drop_streams`]), as a
 //!   broken connection does;
+//! - stall requests matching a method and path: hold them unanswered for a while or until the
+//!   faults are cleared, then forward them ([`KubeFault::stall`]), as a partitioned network or
+//!   an overloaded API server does;
 //! - read what went through ([`KubeProxy::requests`]).
 //!
 //! Connection upgrades (`exec`, `port-forward`) are not proxied.
@@ -26,6 +29,7 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use base64::Engine as _;
 use bytes::Bytes;
@@ -189,6 +193,9 @@ pub struct KubeFault {
     pub message: String,
     /// How many matching requests still get the error.
     pub remaining: usize,
+    /// When set, matching requests get no error: they are held unanswered this long (or until
+    /// [`KubeProxy::clear_faults`]), then forwarded.
+    pub stall: Option<Duration>,
 }
 
 impl KubeFault {
@@ -202,6 +209,21 @@ impl KubeFault {
             reason: reason_of(status).to_owned(),
             message: format!("injected by the test's API proxy: {status}"),
             remaining: 1,
+            stall: None,
+        }
+    }
+
+    /// Holds every request of any method whose path and query contain `path_contains` for
+    /// `hold` (or until [`KubeProxy::clear_faults`]) without answering, then forwards it: the
+    /// client sees no answer at all, neither success nor error. Applies to every matching
+    /// request until cleared (narrow it with [`times`](Self::times)).
+    pub fn stall(path_contains: &str, hold: Duration) -> KubeFault {
+        KubeFault {
+            method: None,
+            stall: Some(hold),
+            remaining: usize::MAX,
+            message: format!("stalled by the test's API proxy for {hold:?}"),
+            ..KubeFault::new(Method::GET, path_contains, 200)
         }
     }
 
@@ -293,6 +315,8 @@ struct Shared {
     state: Mutex<State>,
     /// Bumped to cut every open response.
     cut: watch::Sender<u64>,
+    /// Bumped to release every stalled request.
+    released: watch::Sender<u64>,
     open: Arc<AtomicUsize>,
 }
 
@@ -347,6 +371,7 @@ impl KubeProxy {
             client,
             state: Mutex::new(State::default()),
             cut: watch::Sender::new(0),
+            released: watch::Sender::new(0),
             open: Arc::new(AtomicUsize::new(0)),
         });
         let task = tokio::spawn(accept_loop(listener, shared.clone()));
@@ -379,9 +404,10 @@ impl KubeProxy {
         self.shared.lock().faults.push_back(fault);
     }
 
-    /// Removes every fault.
+    /// Removes every fault; requests being stalled are forwarded at once.
     pub fn clear_faults(&self) {
         self.shared.lock().faults.clear();
+        self.shared.released.send_modify(|g| *g += 1);
     }
 
     /// The faults with applications left.
@@ -487,6 +513,16 @@ async fn handle(req: Request<Incoming>, shared: &Shared) -> Response<ProxyBody> 
             })
     };
     let response = match &injected {
+        Some(KubeFault {
+            stall: Some(hold), ..
+        }) => {
+            let mut released = shared.released.subscribe();
+            tokio::select! {
+                _ = tokio::time::sleep(*hold) => {}
+                _ = released.changed() => {}
+            }
+            forward(req, &path, shared).await
+        }
         Some(fault) => {
             let mut resp = Response::new(full(Bytes::from(fault.body())));
             *resp.status_mut() =
@@ -503,7 +539,7 @@ async fn handle(req: Request<Incoming>, shared: &Shared) -> Response<ProxyBody> 
         method,
         path,
         status: response.status().as_u16(),
-        injected: injected.is_some(),
+        injected: injected.is_some_and(|f| f.stall.is_none()),
     });
     response
 }
@@ -641,5 +677,20 @@ mod tests {
             KubeFault::new(Method::GET, "/", 503).reason,
             "ServiceUnavailable"
         );
+    }
+
+    #[test]
+    fn a_stall_matches_every_method_until_cleared() {
+        let f = KubeFault::stall("/leases/", Duration::from_secs(5));
+        assert_eq!(f.stall, Some(Duration::from_secs(5)));
+        for m in [Method::GET, Method::PUT, Method::PATCH] {
+            assert!(f.matches(&m, "/apis/coordination.k8s.io/v1/namespaces/n/leases/l"));
+        }
+        assert!(!f.matches(
+            &Method::POST,
+            "/apis/coordination.k8s.io/v1/namespaces/n/leases"
+        ));
+        assert_eq!(f.remaining, usize::MAX);
+        assert_eq!(KubeFault::new(Method::GET, "/", 500).stall, None);
     }
 }

@@ -302,6 +302,13 @@ impl ManagedProcess {
         Ok(status)
     }
 
+    /// Sends SIGTERM to the process's group and returns at once, for a test that watches what
+    /// the process does while it shuts down (then [`try_exit_status`](Self::try_exit_status)
+    /// tells when it has exited, and [`stop`](Self::stop) still ends it for good).
+    pub fn terminate(&self) {
+        signal_group(self.child.id(), rustix::process::Signal::TERM);
+    }
+
     /// Kills the process's group at once with SIGKILL, as a crash or an OOM kill would, and
     /// waits for the leader to exit. Returns how it exited.
     ///

@@ -214,9 +214,21 @@ pub struct ProxiedRequest {
     pub injected: Option<String>,
 }
 
+/// A rule: hold matching requests for a while before forwarding them (a slow AWS answer).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Delay {
+    /// The action to delay (e.g. `StartInstances`).
+    pub action: String,
+    /// How long each matching request is held before it is forwarded.
+    pub by: Duration,
+    /// How many matching requests are still delayed.
+    pub remaining: usize,
+}
+
 #[derive(Debug)]
 struct State {
     faults: VecDeque<Fault>,
+    delays: VecDeque<Delay>,
     requests: Vec<ProxiedRequest>,
 }
 
@@ -264,6 +276,7 @@ impl FaultProxy {
             started: Instant::now(),
             state: Mutex::new(State {
                 faults: VecDeque::new(),
+                delays: VecDeque::new(),
                 requests: Vec::new(),
             }),
             client: http_util::client(),
@@ -307,6 +320,27 @@ impl FaultProxy {
     /// matches and uses up one of its applications.
     pub fn inject(&self, fault: Fault) {
         self.shared.lock().faults.push_back(fault);
+    }
+
+    /// Holds the next `times` requests of `action` for `by` each before forwarding them (the
+    /// request is recorded at its arrival; its `duration` includes the wait).
+    pub fn delay(&self, action: &str, by: Duration, times: usize) {
+        self.shared.lock().delays.push_back(Delay {
+            action: action.into(),
+            by,
+            remaining: times,
+        });
+    }
+
+    /// The delays with applications left.
+    pub fn pending_delays(&self) -> Vec<Delay> {
+        let state = self.shared.lock();
+        state
+            .delays
+            .iter()
+            .filter(|d| d.remaining > 0)
+            .cloned()
+            .collect()
     }
 
     /// Removes every fault.
@@ -415,6 +449,21 @@ async fn handle(req: Request<Incoming>, shared: &Shared) -> Response<Full<Bytes>
                 f.error.clone()
             })
     };
+
+    let delay = {
+        let mut state = shared.lock();
+        state
+            .delays
+            .iter_mut()
+            .find(|d| d.remaining > 0 && query.action.as_deref() == Some(d.action.as_str()))
+            .map(|d| {
+                d.remaining -= 1;
+                d.by
+            })
+    };
+    if let Some(by) = delay {
+        tokio::time::sleep(by).await;
+    }
 
     let response = match &injected {
         Some(error) => {

@@ -160,4 +160,41 @@ async fn the_api_proxy_forwards_streams_injects_faults_and_cuts_watches() {
         cms.get_opt("watched").await.unwrap().is_some(),
         "requests after the cut are served"
     );
+
+    // A stall holds matching requests unanswered (neither success nor error) while others are
+    // served; clearing the faults forwards the held one at once.
+    proxy.inject(KubeFault::stall(
+        "/configmaps/first",
+        Duration::from_secs(60),
+    ));
+    let held = tokio::time::timeout(Duration::from_secs(2), cms.get("first")).await;
+    assert!(held.is_err(), "the stalled GET was answered: {held:?}");
+    assert!(
+        cms.get_opt("watched").await.unwrap().is_some(),
+        "a request the stall does not match is served meanwhile"
+    );
+    let pending = {
+        let cms = cms.clone();
+        tokio::spawn(async move { cms.get("first").await })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!pending.is_finished(), "still held");
+    let released = std::time::Instant::now();
+    proxy.clear_faults();
+    let first = tokio::time::timeout(Duration::from_secs(5), pending)
+        .await
+        .expect("forwarded once the stall is cleared")
+        .unwrap()
+        .expect("answered by the API server");
+    assert_eq!(first.metadata.name.as_deref(), Some("first"));
+    assert!(released.elapsed() < Duration::from_secs(5));
+    let stalled_then_served = proxy
+        .requests()
+        .into_iter()
+        .filter(|r| r.path.contains("/configmaps/first") && !r.injected && r.status == 200)
+        .count();
+    assert!(
+        stalled_then_served >= 1,
+        "recorded as forwarded, not injected"
+    );
 }

@@ -181,3 +181,51 @@ async fn sdk_retries_through_injected_throttling() {
         .expect_err("no upstream");
     assert_eq!(err.raw_response().map(|r| r.status().as_u16()), Some(502));
 }
+
+/// A delay holds the matching action that many times, then forwards it unchanged; other actions
+/// are not held. The request is recorded with its arrival time and the wait in its duration.
+#[tokio::test]
+async fn delays_hold_an_action_then_forward_it() {
+    let dir = TestDir::new("proxy-delay").expect("test dir");
+    let moto = MotoServer::start(&dir).await.expect("moto");
+    let proxy = FaultProxy::start(&moto.endpoint_url())
+        .await
+        .expect("proxy");
+    let ec2 = ec2_with(&proxy, no_retry());
+    let ids = seed_ec2_instances(&ec2, 1, &[("resource-booking-application", "slow")])
+        .await
+        .expect("seed");
+    proxy.delay("StartInstances", Duration::from_millis(1500), 1);
+    assert_eq!(proxy.pending_delays().len(), 1);
+    let began = std::time::Instant::now();
+    ec2.describe_instances().send().await.expect("not delayed");
+    assert!(
+        began.elapsed() < Duration::from_millis(1000),
+        "describe not held"
+    );
+    let start = ec2
+        .start_instances()
+        .set_instance_ids(Some(ids.clone()))
+        .send();
+    let started = tokio::spawn(start);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(proxy.pending_delays().is_empty(), "used up on arrival");
+    assert!(!started.is_finished(), "still held");
+    started.await.unwrap().expect("forwarded after the delay");
+    let took = began.elapsed();
+    assert!(took >= Duration::from_millis(1500), "{took:?}");
+    let start = proxy
+        .requests()
+        .into_iter()
+        .find(|r| r.action.as_deref() == Some("StartInstances"))
+        .expect("recorded");
+    assert_eq!((start.status, start.injected.as_deref()), (200, None));
+    assert!(start.duration >= Duration::from_millis(1500), "{start:?}");
+    let again = std::time::Instant::now();
+    ec2.start_instances()
+        .set_instance_ids(Some(ids))
+        .send()
+        .await
+        .expect("second start");
+    assert!(again.elapsed() < Duration::from_millis(1000), "only once");
+}

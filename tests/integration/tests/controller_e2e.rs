@@ -558,7 +558,21 @@ async fn two_replicas_never_both_act_and_fail_over_in_seconds() {
         Duration::from_secs(30),
     )
     .await
-    .expect("first replica leads");
+    .expect("first replica serves");
+    // Ready is not leading (a standby is ready too): the second replica starts once the first
+    // holds the Lease, else under load it may win the first create.
+    wait_for(
+        "the first replica leading",
+        Duration::from_secs(15),
+        || async {
+            if leads(&admins[0]).await {
+                Ok(())
+            } else {
+                Err("not leading".into())
+            }
+        },
+    )
+    .await;
     let mut b = start_controller(&e, ports[1], "replica-b", &[]);
     b.wait_ready(
         &Readiness::Http(format!("http://{}/healthz", admins[1])),
