@@ -307,7 +307,10 @@ pub fn start_controller(
         .env("NAMESPACE", &e.ns)
         .env("ADMIN_ADDRESS", format!("127.0.0.1:{admin_port}"))
         .env("INVENTORY_INTERVAL_SECONDS", "2")
-        .env("LEASE_DURATION_SECONDS", "3")
+        // Short enough for failover tests, with a renew deadline that a loaded machine still
+        // meets: 4 s to renew, each attempt cut before it.
+        .env("LEASE_DURATION_SECONDS", "5")
+        .env("LEASE_RENEW_DEADLINE_SECONDS", "4")
         .env("LEASE_RENEW_SECONDS", "1")
         .env("POD_NAME", identity)
         .env("RUST_LOG", "info,booking_controller=debug");

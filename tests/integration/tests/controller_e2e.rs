@@ -617,7 +617,7 @@ async fn two_replicas_never_both_act_and_fail_over_in_seconds() {
         .unwrap();
     assert!(killed.success());
     let t0 = Instant::now();
-    wait_for("standby leads", Duration::from_secs(10), || async {
+    wait_for("standby leads", Duration::from_secs(15), || async {
         if leads(&admins[1]).await {
             Ok(())
         } else {
@@ -628,7 +628,7 @@ async fn two_replicas_never_both_act_and_fail_over_in_seconds() {
     let failover = t0.elapsed();
     eprintln!("failover took {failover:?}");
     assert!(
-        failover < Duration::from_secs(8),
+        failover < Duration::from_secs(10),
         "failover took {failover:?}"
     );
 
