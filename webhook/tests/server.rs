@@ -61,6 +61,7 @@ fn limits() -> Limits {
         header_read_timeout: Duration::from_secs(2),
         body_read_timeout: Duration::from_secs(1),
         shutdown_grace: Duration::from_secs(5),
+        ..Limits::default()
     }
 }
 
