@@ -20,6 +20,7 @@ use k8s_openapi::api::admissionregistration::v1::{
 };
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, PodSpec, Secret, Service, ServiceAccount};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -225,6 +226,7 @@ pub fn assert_well_formed(o: &Value) {
         ("v1", "ConfigMap") => assert_round_trip::<ConfigMap>(o),
         ("apps/v1", "Deployment") => assert_round_trip::<Deployment>(o),
         ("policy/v1", "PodDisruptionBudget") => assert_round_trip::<PodDisruptionBudget>(o),
+        ("networking.k8s.io/v1", "NetworkPolicy") => assert_round_trip::<NetworkPolicy>(o),
         ("rbac.authorization.k8s.io/v1", "ClusterRole") => assert_round_trip::<ClusterRole>(o),
         ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding") => {
             assert_round_trip::<ClusterRoleBinding>(o)
@@ -315,7 +317,10 @@ pub fn webhook_client_configs(objects: &[Value]) -> Vec<(String, Value)> {
 /// serving certificate never changes the caBundle. Returns the CA Certificate.
 pub fn assert_cert_manager_ca_chain<'a>(objects: &'a [Value], serving: &str) -> &'a Value {
     let cert = find(objects, "Certificate", serving);
-    assert_ne!(cert["spec"]["isCA"], true, "the serving certificate is no CA");
+    assert_ne!(
+        cert["spec"]["isCA"], true,
+        "the serving certificate is no CA"
+    );
     assert_eq!(cert["spec"]["issuerRef"]["kind"], "Issuer");
     let ca_issuer = find(
         objects,
@@ -536,6 +541,37 @@ impl Plane {
         let mut args = vec!["apply", "--server-side", "--field-manager", ARGO_CD_MANAGER];
         args.extend(source);
         self.k(&args)
+    }
+
+    /// cert-manager is not part of these tests: registers its two kinds with open schemas, so
+    /// that installs with cert-manager objects apply whole. What the install relies on in them
+    /// is checked on the renders ([`assert_well_formed`], [`assert_cert_manager_ca_chain`]).
+    pub fn register_cert_manager_kinds(&self) {
+        let crd = |kind: &str, plural: &str| {
+            json!({
+                "apiVersion": "apiextensions.k8s.io/v1",
+                "kind": "CustomResourceDefinition",
+                "metadata": {"name": format!("{plural}.cert-manager.io")},
+                "spec": {
+                    "group": "cert-manager.io",
+                    "scope": "Namespaced",
+                    "names": {"kind": kind, "plural": plural, "singular": kind.to_lowercase(),
+                              "listKind": format!("{kind}List")},
+                    "versions": [{"name": "v1", "served": true, "storage": true,
+                        "schema": {"openAPIV3Schema": {"type": "object",
+                            "x-kubernetes-preserve-unknown-fields": true}}}],
+                },
+            })
+        };
+        let list = json!({"apiVersion": "v1", "kind": "List",
+            "items": [crd("Certificate", "certificates"), crd("Issuer", "issuers")]});
+        let out = self.k_output(&["apply", "--server-side", "-f", "-"], &list.to_string());
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        self.wait_crds_established();
     }
 
     /// Waits until every CRD is Established.

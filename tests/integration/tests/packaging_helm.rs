@@ -339,7 +339,11 @@ fn helm_certificate_modes() {
     // A CA chain of the chart's own; the caBundle comes from the CA, not the serving certificate.
     let ca = assert_cert_manager_ca_chain(&objects, "rbo-resource-booking-operator-webhook");
     assert_eq!(name_of(ca), "rbo-resource-booking-operator-webhook-ca");
-    let cert = find(&objects, "Certificate", "rbo-resource-booking-operator-webhook");
+    let cert = find(
+        &objects,
+        "Certificate",
+        "rbo-resource-booking-operator-webhook",
+    );
     assert_eq!(
         cert["spec"]["dnsNames"][0],
         format!("rbo-resource-booking-operator-webhook.{NAMESPACE}.svc")
