@@ -196,6 +196,10 @@ pub struct OverlapIndex {
     reserved: Layer,
     /// Expiry of each reservation, by (namespace, name).
     expiries: HashMap<(String, String), DateTime<Utc>>,
+    /// Who made each reservation (the requester's user name), by (namespace, name).
+    requesters: HashMap<(String, String), String>,
+    /// Number of reservations per requester.
+    per_requester: HashMap<String, usize>,
 }
 
 impl OverlapIndex {
@@ -228,22 +232,37 @@ impl OverlapIndex {
             .get(&key.0, &key.1)
             .is_some_and(|r| r.slot == booking.slot && r.resource_name == booking.resource_name)
         {
-            self.reserved.remove(&key.0, &key.1);
-            self.expiries.remove(&key);
+            self.drop_reservation(&key.0, &key.1);
         }
         self.stored.insert(booking);
+    }
+
+    /// Forgets the reservation of (namespace, name), if any.
+    fn drop_reservation(&mut self, namespace: &str, name: &str) {
+        let key = (namespace.to_owned(), name.to_owned());
+        if self.expiries.remove(&key).is_none() {
+            return;
+        }
+        self.reserved.remove(namespace, name);
+        if let Some(requester) = self.requesters.remove(&key)
+            && let Some(n) = self.per_requester.get_mut(&requester)
+        {
+            *n -= 1;
+            if *n == 0 {
+                self.per_requester.remove(&requester);
+            }
+        }
+    }
+
+    /// Number of reservations (expired or not) made by `requester`.
+    pub fn reservations_by(&self, requester: &str) -> usize {
+        self.per_requester.get(requester).copied().unwrap_or(0)
     }
 
     /// Removes a stored booking (a watch delete event, or a booking whose times no longer parse)
     /// and any reservation of it. Returns the stored entry.
     pub fn remove(&mut self, namespace: &str, name: &str) -> Option<IndexedBooking> {
-        if self
-            .expiries
-            .remove(&(namespace.to_owned(), name.to_owned()))
-            .is_some()
-        {
-            self.reserved.remove(namespace, name);
-        }
+        self.drop_reservation(namespace, name);
         self.stored.remove(namespace, name)
     }
 
@@ -261,11 +280,15 @@ impl OverlapIndex {
         }
     }
 
-    /// Reserves the slot of a booking just admitted, until `expires` or until the watch delivers
-    /// it with this slot.
-    pub fn reserve(&mut self, booking: IndexedBooking, expires: DateTime<Utc>) {
-        self.expiries
-            .insert((booking.namespace.clone(), booking.name.clone()), expires);
+    /// Reserves the slot of a booking just admitted for `requester`, until `expires` or until
+    /// the watch delivers it with this slot (replacing an earlier reservation of the same
+    /// booking). [`OverlapIndex::reservations_by`] counts them per requester.
+    pub fn reserve(&mut self, booking: IndexedBooking, expires: DateTime<Utc>, requester: &str) {
+        self.drop_reservation(&booking.namespace, &booking.name);
+        let key = (booking.namespace.clone(), booking.name.clone());
+        self.expiries.insert(key.clone(), expires);
+        self.requesters.insert(key, requester.to_owned());
+        *self.per_requester.entry(requester.to_owned()).or_default() += 1;
         self.reserved.insert(booking);
     }
 
@@ -278,8 +301,7 @@ impl OverlapIndex {
             .map(|(k, _)| k.clone())
             .collect();
         for (namespace, name) in &expired {
-            self.expiries.remove(&(namespace.clone(), name.clone()));
-            self.reserved.remove(namespace, name);
+            self.drop_reservation(namespace, name);
         }
         expired.len()
     }
@@ -456,9 +478,40 @@ mod tests {
     }
 
     #[test]
+    fn reservations_are_counted_per_requester_until_confirmed_expired_or_removed() {
+        let mut idx = OverlapIndex::new();
+        let ttl = t(0) + Duration::seconds(30);
+        idx.reserve(entry("a", "one", "r", 1, 2), ttl, "ann");
+        idx.reserve(entry("a", "two", "r", 3, 4), ttl, "ann");
+        idx.reserve(
+            entry("a", "three", "r", 5, 6),
+            t(0) + Duration::seconds(60),
+            "bob",
+        );
+        assert_eq!(
+            (idx.reservations_by("ann"), idx.reservations_by("bob")),
+            (2, 1)
+        );
+        // Reserving the same booking again replaces its reservation, counted once.
+        idx.reserve(entry("a", "two", "r", 7, 8), ttl, "ann");
+        assert_eq!(idx.reservations_by("ann"), 2);
+        // Confirmed by the watch, removed, expired: each releases its requester's count.
+        idx.upsert(entry("a", "one", "r", 1, 2));
+        assert_eq!(idx.reservations_by("ann"), 1);
+        idx.remove("a", "two");
+        assert_eq!(idx.reservations_by("ann"), 0);
+        assert_eq!(idx.purge_expired(t(0) + Duration::seconds(61)), 1);
+        assert_eq!((idx.reservations_by("bob"), idx.reservations()), (0, 0));
+    }
+
+    #[test]
     fn reservations_block_until_confirmed_or_expired() {
         let mut idx = OverlapIndex::new();
-        idx.reserve(entry("a", "fresh", "r", 1, 2), t(0) + Duration::seconds(30));
+        idx.reserve(
+            entry("a", "fresh", "r", 1, 2),
+            t(0) + Duration::seconds(30),
+            "ann",
+        );
         assert_eq!(
             names(idx.conflicts("a", "rival", "r", slot(1, 2), t(0))),
             ["fresh"]
@@ -473,7 +526,11 @@ mod tests {
         assert_eq!(idx.reservations(), 0);
         // Confirmed by the watch with the same slot: the reservation is dropped, the stored entry
         // blocks, and it is listed once.
-        idx.reserve(entry("a", "fresh", "r", 1, 2), t(0) + Duration::seconds(30));
+        idx.reserve(
+            entry("a", "fresh", "r", 1, 2),
+            t(0) + Duration::seconds(30),
+            "ann",
+        );
         idx.upsert(entry("a", "fresh", "r", 1, 2));
         assert_eq!(idx.reservations(), 0);
         assert_eq!(
@@ -481,7 +538,11 @@ mod tests {
             ["fresh"]
         );
         // A reservation of a moved slot keeps the stored one too until confirmed.
-        idx.reserve(entry("a", "fresh", "r", 5, 6), t(0) + Duration::seconds(30));
+        idx.reserve(
+            entry("a", "fresh", "r", 5, 6),
+            t(0) + Duration::seconds(30),
+            "ann",
+        );
         assert_eq!(
             names(idx.conflicts("a", "rival", "r", slot(1, 6), t(0))),
             ["fresh"]

@@ -260,7 +260,8 @@ fn validate(
         return unavailable(
             req,
             "the webhook is still loading the cluster's bookings (its overlap index has not \
-             synced since it started), so it cannot check spec.start_at/spec.end_at against them; \
+             synced since it started, or its watch of bookings has failed for too long and it is \
+             listing them again), so it cannot check spec.start_at/spec.end_at against them; \
              nothing was changed: retry in a few seconds",
         );
     }
@@ -308,6 +309,8 @@ struct RequestInfo<'a> {
     namespace: Option<&'a str>,
     name: &'a str,
     dry_run: bool,
+    /// `userInfo.username`, whose reservations are bounded.
+    requester: &'a str,
 }
 
 impl<'a> RequestInfo<'a> {
@@ -316,6 +319,7 @@ impl<'a> RequestInfo<'a> {
             namespace: req.namespace.as_deref(),
             name: &req.name,
             dry_run: req.dry_run,
+            requester: req.user_info.username.as_deref().unwrap_or_default(),
         }
     }
 }
@@ -387,6 +391,7 @@ fn validate_booking(
         let mut index = state.write_index();
         check(&index)?;
         index.purge_expired(now);
+        reservation_room(state, &index, req.requester)?;
         let entry = IndexedBooking {
             namespace: namespace.clone(),
             name: name.clone(),
@@ -397,7 +402,7 @@ fn validate_booking(
             slot,
             deleting: false,
         };
-        index.reserve(entry, now + state.reservation_ttl);
+        index.reserve(entry, now + state.reservation_ttl, req.requester);
     }
     if state.resource_exists(&namespace, &b.spec.resource_name) == Some(false) {
         warnings.push(validation::missing_resource_warning(
@@ -406,6 +411,29 @@ fn validate_booking(
         ));
     }
     Ok(warnings)
+}
+
+/// Whether `requester` may reserve one more slot (see [`State::max_reservations_per_requester`]):
+/// reservations are made only once every rule has passed, and end when the watch delivers the
+/// booking, when it is deleted, or after the reservation TTL.
+fn reservation_room(
+    state: &State,
+    index: &booking_shared::overlap::OverlapIndex,
+    requester: &str,
+) -> Result<(), Invalid> {
+    let held = index.reservations_by(requester);
+    if held < state.max_reservations_per_requester {
+        return Ok(());
+    }
+    state.metrics.reject("reservation_limit");
+    Err(Invalid(vec![validation::Violation {
+        field: "metadata.name".to_owned(),
+        message: format!(
+            "{requester:?} has {held} bookings admitted in the last {} s that the API server has not stored yet (at most {} per requester, --max-reservations-per-requester); nothing was changed: retry in a few seconds",
+            state.reservation_ttl.num_seconds(),
+            state.max_reservations_per_requester
+        ),
+    }]))
 }
 
 // === mutate ===================================================================================

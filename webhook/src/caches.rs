@@ -18,6 +18,7 @@ use kube::{
     runtime::{
         WatchStreamExt,
         reflector::{self, Store, reflector, store::Writer},
+        utils::Backoff as _,
         watcher::{self, Event, watcher},
     },
 };
@@ -56,23 +57,46 @@ pub fn apply_booking_event(state: &State, buffer: &mut Vec<IndexedBooking>, even
 }
 
 /// Watches every Booking of the cluster into the index until `shutdown`.
+///
+/// Any error of the watch (a failed list, a failed or broken watch request) marks the watch
+/// failing ([`State::mark_booking_watch_failed`]) and starts a new watcher after kube's default
+/// backoff, which lists again: only a completed list marks it healthy. So a watch that fails for
+/// longer than [`State::watch_failure_bound`] makes the webhook unready, and it is ready again
+/// once a relist has replaced the index.
 pub async fn run_booking_watch(
     client: Client,
     state: Arc<State>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let api: Api<Booking> = Api::all(client);
-    let mut events = watcher(api, watcher::Config::default())
-        .default_backoff()
-        .boxed();
-    let mut buffer = Vec::new();
+    let mut backoff = watcher::DefaultBackoff::default();
     loop {
+        let mut events = watcher(api.clone(), watcher::Config::default()).boxed();
+        let mut buffer = Vec::new();
+        loop {
+            tokio::select! {
+                event = events.next() => match event {
+                    Some(Ok(event)) => {
+                        let listed = matches!(event, Event::InitDone);
+                        apply_booking_event(&state, &mut buffer, event);
+                        if listed {
+                            state.mark_booking_watch_healthy();
+                            backoff.reset();
+                        }
+                    }
+                    Some(Err(e)) => {
+                        state.mark_booking_watch_failed(state.now());
+                        tracing::warn!(error = %e, "booking watch failed; listing again after a backoff");
+                        break;
+                    }
+                    None => break,
+                },
+                _ = stopped(&mut shutdown) => return,
+            }
+        }
+        let delay = backoff.next().unwrap_or(std::time::Duration::from_secs(30));
         tokio::select! {
-            event = events.next() => match event {
-                Some(Ok(event)) => apply_booking_event(&state, &mut buffer, event),
-                Some(Err(e)) => tracing::warn!(error = %e, "booking watch failed; retrying with backoff"),
-                None => return,
-            },
+            _ = tokio::time::sleep(delay) => {}
             _ = stopped(&mut shutdown) => return,
         }
     }

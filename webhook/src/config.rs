@@ -34,6 +34,12 @@ pub struct TlsArgs {
     /// How often to check the certificate files for changes, in seconds.
     #[arg(long, env = "TLS_RELOAD_INTERVAL_SECONDS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub tls_reload_interval_seconds: u64,
+    /// PEM CA certificate(s) that must have signed a client certificate: when set, TLS
+    /// handshakes without a valid client certificate from this CA are refused (give the API
+    /// server that certificate through its admission configuration's kubeConfigFile). Unset:
+    /// no client certificate is asked for.
+    #[arg(long, env = "WEBHOOK_CLIENT_CA_FILE")]
+    pub client_ca_file: Option<PathBuf>,
 }
 
 impl TlsArgs {
@@ -62,6 +68,31 @@ pub struct ServerArgs {
     /// How long open connections may take to finish after SIGTERM, in seconds.
     #[arg(long, env = "WEBHOOK_SHUTDOWN_GRACE_SECONDS", default_value_t = 20)]
     pub shutdown_grace_seconds: u64,
+    /// After SIGTERM, how long `/readyz` fails while admission requests are still served (so
+    /// that the Service's endpoints drop this replica first), in seconds; then the listener
+    /// stops accepting and open requests get --shutdown-grace-seconds.
+    #[arg(long, env = "WEBHOOK_DRAIN_SECONDS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(0..=300))]
+    pub drain_seconds: u64,
+    /// Most open admission connections; further ones wait in the listen backlog.
+    #[arg(long, env = "WEBHOOK_MAX_CONNECTIONS", default_value_t = 128, value_parser = clap::value_parser!(u32).range(1..=65536))]
+    pub max_connections: u32,
+    /// Most concurrent HTTP/2 streams per connection.
+    #[arg(long, env = "WEBHOOK_MAX_CONCURRENT_STREAMS", default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub max_concurrent_streams: u32,
+    /// Most admission requests being read or judged at once; a request waits up to
+    /// --request-timeout-seconds for a place, then gets 503.
+    #[arg(long, env = "WEBHOOK_MAX_IN_FLIGHT_REQUESTS", default_value_t = 128, value_parser = clap::value_parser!(u32).range(1..=65536))]
+    pub max_in_flight_requests: u32,
+    /// Most bytes of large request bodies (over 64 KiB, or of unknown length, counted at their
+    /// declared or largest size) held at once; a request waits up to
+    /// --request-timeout-seconds for room, then gets 503. Small bodies (every real review)
+    /// never wait for it. At least --max-body-bytes.
+    #[arg(long, env = "WEBHOOK_MAX_IN_FLIGHT_BODY_BYTES", default_value_t = 16 * 1024 * 1024)]
+    pub max_in_flight_body_bytes: usize,
+    /// How long the booking watch may fail before the webhook goes unready and refuses booking
+    /// reviews (its overlap index may be stale), in seconds; ready again after a relist.
+    #[arg(long, env = "WEBHOOK_WATCH_FAILURE_BOUND_SECONDS", default_value_t = 30, value_parser = clap::value_parser!(u32).range(1..=3600))]
+    pub watch_failure_bound_seconds: u32,
 }
 
 impl ServerArgs {
@@ -74,7 +105,16 @@ impl ServerArgs {
             header_read_timeout: timeout,
             body_read_timeout: timeout,
             shutdown_grace: Duration::from_secs(self.shutdown_grace_seconds),
+            max_connections: self.max_connections as usize,
+            max_concurrent_streams: self.max_concurrent_streams,
+            max_in_flight_requests: self.max_in_flight_requests as usize,
+            max_in_flight_body_bytes: self.max_in_flight_body_bytes.max(self.max_body_bytes),
         }
+    }
+
+    /// The drain period after SIGTERM.
+    pub fn drain(&self) -> Duration {
+        Duration::from_secs(self.drain_seconds)
     }
 }
 
@@ -88,6 +128,11 @@ pub struct PolicyArgs {
     /// delivers the booking, in seconds.
     #[arg(long, env = "RESERVATION_TTL_SECONDS", default_value_t = 30)]
     pub reservation_ttl_seconds: u32,
+    /// Most reservations one requester (`userInfo.username`) may hold at once: bookings it
+    /// created or moved that the watch has not delivered yet. Beyond it a real (not dry-run)
+    /// request is refused, naming the bound, until the watch catches up.
+    #[arg(long, env = "MAX_RESERVATIONS_PER_REQUESTER", default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_reservations_per_requester: u32,
 }
 
 impl PolicyArgs {

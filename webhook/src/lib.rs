@@ -30,7 +30,7 @@ use tokio::{net::TcpListener, sync::watch};
 use crate::{config::Args, metrics::Metrics, state::State};
 
 /// Runs the webhook until SIGTERM or SIGINT: loads the certificate, starts the watches, serves
-/// admission and admin requests, then shuts down gracefully.
+/// admission and admin requests, then drains ([`drain`]) and shuts down gracefully.
 pub async fn run(args: Args) -> anyhow::Result<()> {
     let policy = args.policy.policy()?;
     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
@@ -41,20 +41,32 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     )
     .await
     .context("loading the serving certificate")?;
-    let tls_config = Arc::new(cert.server_config()?);
+    let tls_config = Arc::new(
+        cert.server_config_with_client_ca(args.tls.client_ca_file.as_deref())
+            .context("building the TLS configuration")?,
+    );
 
-    let client = kube::Client::try_default()
+    let mut config = kube::Config::infer()
         .await
         .context("connecting to the Kubernetes API (in-cluster config or KUBECONFIG)")?;
+    // The client's own retries of 429/503/504 (up to 15, minutes apart) would hide a failing
+    // watch from the watchers, which retry with their own backoff and report every failure
+    // (see caches::run_booking_watch).
+    config.default_retry = false;
+    let client = kube::Client::try_from(config).context("building the Kubernetes client")?;
     let metrics = Metrics::new();
     let (resources, resource_writer) = caches::resource_store();
-    let state = Arc::new(State::new(
+    let mut state = State::new(
         policy,
         chrono::Duration::seconds(i64::from(args.policy.reservation_ttl_seconds)),
         Some(resources),
         booking_shared::time::system_clock(),
         metrics.clone(),
-    ));
+    );
+    state.watch_failure_bound =
+        chrono::Duration::seconds(i64::from(args.server.watch_failure_bound_seconds));
+    state.max_reservations_per_requester = args.policy.max_reservations_per_requester as usize;
+    let state = Arc::new(state);
 
     let admission_listener = TcpListener::bind(args.server.listen_addr)
         .await
@@ -94,13 +106,14 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         )),
         tokio::spawn(booking_shared::ops::serve_admin(
             admin_listener,
-            state,
+            state.clone(),
             shutdown,
         )),
     ];
 
     booking_shared::ops::shutdown_signal().await;
-    tracing::info!("shutting down: finishing open requests");
+    drain(&state, args.server.drain()).await;
+    tracing::info!("shutting down: no new connections; finishing open requests");
     let _ = stop.send(true);
     for task in tasks {
         if let Err(e) = task.await {
@@ -109,4 +122,21 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// The drain after SIGTERM: `/readyz` fails at once, so the Service's endpoints drop this
+/// replica, while admission requests (from API servers that still route here) are answered for
+/// `period`; a second signal ends the drain early.
+async fn drain(state: &State, period: std::time::Duration) {
+    state.mark_draining();
+    tracing::info!(
+        drain_seconds = period.as_secs(),
+        "shutting down: /readyz fails, admission requests are still served for the drain period"
+    );
+    tokio::select! {
+        _ = tokio::time::sleep(period) => {}
+        _ = booking_shared::ops::shutdown_signal() => {
+            tracing::info!("second signal: ending the drain early");
+        }
+    }
 }

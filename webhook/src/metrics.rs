@@ -14,12 +14,25 @@ use prometheus_client::{
 pub struct DecisionLabels {
     /// `validate` or `mutate`.
     pub endpoint: String,
-    /// Kind of the reviewed object (`unknown` when unreadable).
+    /// Kind of the reviewed object ([`kind_label`]: a served kind, `unknown` or `other`).
     pub kind: String,
     /// `CREATE`, `UPDATE`, `DELETE`, `CONNECT` or `UNKNOWN`.
     pub operation: String,
     /// `allowed`, `denied` or `error`.
     pub result: String,
+}
+
+/// The `kind` label of a decision: one of the served kinds, `unknown` (unreadable) or `other`
+/// (any other kind a review names), so that reviews cannot grow the label set.
+pub fn kind_label(kind: &str) -> &'static str {
+    match kind {
+        "Booking" => "Booking",
+        "BookingScheduler" => "BookingScheduler",
+        "Resource" => "Resource",
+        "ResourceMonitor" => "ResourceMonitor",
+        "unknown" => "unknown",
+        _ => "other",
+    }
 }
 
 /// Labels of the latency histogram.
@@ -62,7 +75,8 @@ pub struct Metrics {
 /// Labels of requests rejected before admission.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReasonLabels {
-    /// `body_too_large`, `body_timeout`, `not_found`, `method_not_allowed`, `body_error`.
+    /// `body_too_large`, `body_timeout`, `not_found`, `method_not_allowed`, `body_error`,
+    /// `connection_limit`, `in_flight_limit`, `body_budget`, `reservation_limit`.
     pub reason: String,
 }
 

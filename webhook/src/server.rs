@@ -6,19 +6,32 @@
 //! AdmissionReview (an error result for input that cannot be judged) — never a 500. On shutdown
 //! the listeners stop accepting and open connections finish their requests, within a grace
 //! period.
+//!
+//! Bounded under abuse (each bound a flag, see [`Limits`]): open connections (a semaphore taken
+//! before `accept`; beyond it new connections wait in the listen backlog), HTTP/2 streams per
+//! connection and the bytes a connection may buffer (flow-control windows), admission requests
+//! in flight, and the bytes of large bodies held at once. Small bodies (every real review is a
+//! few KiB) never wait for the large-body budget, so a flood of 4 MiB bodies does not hold real
+//! reviews back beyond the CPU it takes. Memory is then bounded by about
+//! `connections × (streams × 8 KiB + 64 KiB) + in-flight body bytes × the parse expansion +
+//! in-flight × 64 KiB`.
 
 use std::{convert::Infallible, sync::Arc, time::Duration};
 
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Full, Limited, combinators::BoxBody};
+use hyper::body::Body as _;
 use hyper::body::Incoming;
 use hyper_util::{
     rt::{TokioExecutor, TokioIo, TokioTimer},
     server::{conn::auto, graceful::GracefulShutdown},
 };
 use rustls::ServerConfig;
-use tokio::{net::TcpListener, sync::watch};
+use tokio::{
+    net::TcpListener,
+    sync::{Semaphore, watch},
+};
 use tokio_rustls::TlsAcceptor;
 
 use crate::{
@@ -36,10 +49,19 @@ pub struct Limits {
     pub handshake_timeout: Duration,
     /// Deadline for reading request headers (HTTP/1.1).
     pub header_read_timeout: Duration,
-    /// Deadline for reading a request body.
+    /// Deadline for reading a request body, and for waiting for a place among the requests in
+    /// flight.
     pub body_read_timeout: Duration,
     /// How long open connections may take to finish after shutdown starts.
     pub shutdown_grace: Duration,
+    /// Most open connections; further ones wait in the listen backlog.
+    pub max_connections: usize,
+    /// Most concurrent HTTP/2 streams per connection.
+    pub max_concurrent_streams: u32,
+    /// Most requests being read or judged at once.
+    pub max_in_flight_requests: usize,
+    /// Most bytes of large bodies (over [`SMALL_BODY_BYTES`] or of unknown length) held at once.
+    pub max_in_flight_body_bytes: usize,
 }
 
 impl Default for Limits {
@@ -50,7 +72,63 @@ impl Default for Limits {
             header_read_timeout: Duration::from_secs(10),
             body_read_timeout: Duration::from_secs(10),
             shutdown_grace: Duration::from_secs(20),
+            max_connections: 128,
+            max_concurrent_streams: 32,
+            max_in_flight_requests: 128,
+            max_in_flight_body_bytes: 16 * 1024 * 1024,
         }
+    }
+}
+
+/// Bodies of at most this many bytes (declared by `Content-Length`) do not count against
+/// [`Limits::max_in_flight_body_bytes`].
+pub const SMALL_BODY_BYTES: u64 = 64 * 1024;
+
+/// HTTP/2 flow control: what one stream may have sent but not yet read (a real review fits in
+/// it). The connection's window is this times the streams allowed, so that streams waiting for a
+/// place never use up the window of the stream being read; it bounds what one connection
+/// buffers (256 KiB with 32 streams).
+const STREAM_WINDOW_BYTES: u32 = 8 * 1024;
+
+fn connection_window(limits: &Limits) -> u32 {
+    limits
+        .max_concurrent_streams
+        .saturating_mul(STREAM_WINDOW_BYTES)
+        .max(65_535)
+}
+
+/// The places shared by every connection: requests in flight, and the large-body budget (in
+/// KiB).
+#[derive(Clone)]
+struct Gates {
+    requests: Arc<Semaphore>,
+    body_kib: Arc<Semaphore>,
+    body_kib_total: u32,
+}
+
+impl Gates {
+    fn new(limits: &Limits) -> Self {
+        let body_kib_total = u32::try_from(limits.max_in_flight_body_bytes.div_ceil(1024))
+            .unwrap_or(u32::MAX)
+            .min(u32::try_from(Semaphore::MAX_PERMITS).unwrap_or(u32::MAX));
+        Self {
+            requests: Arc::new(Semaphore::new(limits.max_in_flight_requests)),
+            body_kib: Arc::new(Semaphore::new(body_kib_total as usize)),
+            body_kib_total,
+        }
+    }
+
+    /// KiB of the large-body budget a body with this size hint takes (0 for a small body).
+    fn body_cost(&self, hint: &hyper::body::SizeHint, max_body_bytes: usize) -> u32 {
+        let max = max_body_bytes as u64;
+        let bytes = match hint.upper() {
+            Some(n) if n <= SMALL_BODY_BYTES => return 0,
+            Some(n) => n.min(max),
+            None => max,
+        };
+        u32::try_from(bytes.div_ceil(1024))
+            .unwrap_or(u32::MAX)
+            .min(self.body_kib_total)
     }
 }
 
@@ -77,8 +155,59 @@ fn review_response(status: StatusCode, decision: &Decision) -> Response<Body> {
     response
 }
 
-/// Answers one request on the admission port.
+fn busy(state: &State, reason: &'static str, what: &str, limits: &Limits) -> Response<Body> {
+    state.metrics.reject(reason);
+    let decision = Decision::malformed(format!(
+        "the webhook is busy: no room for {what} within {:?}; retry",
+        limits.body_read_timeout
+    ));
+    review_response(StatusCode::SERVICE_UNAVAILABLE, &decision)
+}
+
+/// Answers one request on the admission port (without the in-flight limits of
+/// [`serve_admission`]).
 pub async fn handle_admission(
+    req: Request<Incoming>,
+    state: Arc<State>,
+    limits: Limits,
+) -> Result<Response<Body>, Infallible> {
+    admit_request(req, state, limits).await
+}
+
+/// Takes a place among the requests in flight and, for a large body, room in the large-body
+/// budget (each waited for up to the body deadline, else 503), then answers the request.
+async fn gated_admission(
+    req: Request<Incoming>,
+    state: Arc<State>,
+    limits: Limits,
+    gates: Gates,
+) -> Result<Response<Body>, Infallible> {
+    let deadline = limits.body_read_timeout;
+    // The large-body budget first: a large body waiting for room holds no place among the
+    // requests in flight, which small (real) reviews need.
+    let cost = gates.body_cost(&req.body().size_hint(), limits.max_body_bytes);
+    let _body = if cost == 0 {
+        None
+    } else {
+        match tokio::time::timeout(deadline, gates.body_kib.acquire_many(cost)).await {
+            Ok(Ok(permit)) => Some(permit),
+            _ => {
+                return Ok(busy(
+                    &state,
+                    "body_budget",
+                    &format!("a body of up to {cost} KiB"),
+                    &limits,
+                ));
+            }
+        }
+    };
+    let Ok(Ok(_request)) = tokio::time::timeout(deadline, gates.requests.acquire()).await else {
+        return Ok(busy(&state, "in_flight_limit", "another request", &limits));
+    };
+    admit_request(req, state, limits).await
+}
+
+async fn admit_request(
     req: Request<Incoming>,
     state: Arc<State>,
     limits: Limits,
@@ -139,7 +268,18 @@ pub async fn handle_admission(
         }
     };
     let started = std::time::Instant::now();
-    let decision = admission::admit(&state, endpoint, &bytes);
+    let decision = if bytes.len() as u64 > SMALL_BODY_BYTES {
+        // Parsing a large body takes long: on the blocking pool, so that the runtime's workers
+        // stay free for small reviews (the large-body budget bounds how many run at once).
+        let (state, bytes) = (state.clone(), bytes.clone());
+        match tokio::task::spawn_blocking(move || admission::admit(&state, endpoint, &bytes)).await
+        {
+            Ok(decision) => decision,
+            Err(e) => Decision::malformed(format!("the review could not be judged: {e}")),
+        }
+    } else {
+        admission::admit(&state, endpoint, &bytes)
+    };
     let response = review_response(StatusCode::OK, &decision);
     state
         .metrics
@@ -153,7 +293,7 @@ pub async fn handle_admission(
         .decisions
         .get_or_create(&DecisionLabels {
             endpoint: endpoint.as_str().to_owned(),
-            kind: decision.kind.clone(),
+            kind: crate::metrics::kind_label(&decision.kind).to_owned(),
             operation: decision.operation.to_owned(),
             result: decision.verdict.as_str().to_owned(),
         })
@@ -186,16 +326,40 @@ pub async fn serve_admission(
 ) {
     let acceptor = TlsAcceptor::from(tls);
     let graceful = GracefulShutdown::new();
+    let gates = Gates::new(&limits);
+    let connections = Arc::new(Semaphore::new(limits.max_connections));
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
         .http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(limits.header_read_timeout);
+        .header_read_timeout(limits.header_read_timeout)
+        .max_buf_size(64 * 1024);
     builder
         .http2()
         .timer(TokioTimer::new())
-        .keep_alive_interval(Some(Duration::from_secs(30)));
+        .keep_alive_interval(Some(Duration::from_secs(30)))
+        .max_concurrent_streams(limits.max_concurrent_streams)
+        .initial_stream_window_size(STREAM_WINDOW_BYTES)
+        .initial_connection_window_size(connection_window(&limits))
+        .max_header_list_size(64 * 1024)
+        .max_pending_accept_reset_streams(Some(20))
+        .max_local_error_reset_streams(Some(256));
     loop {
+        // A place among the open connections, taken before accepting: at the limit, new
+        // connections wait in the listen backlog.
+        let permit = match connections.clone().try_acquire_owned() {
+            Ok(permit) => permit,
+            Err(_) => {
+                state.metrics.reject("connection_limit");
+                tokio::select! {
+                    permit = connections.clone().acquire_owned() => match permit {
+                        Ok(permit) => permit,
+                        Err(_) => break,
+                    },
+                    _ = booking_shared::ops::stopped(&mut shutdown) => break,
+                }
+            }
+        };
         let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(pair) => pair,
@@ -212,7 +376,9 @@ pub async fn serve_admission(
         let watcher = graceful.watcher();
         let builder = builder.clone();
         let state = state.clone();
+        let gates = gates.clone();
         tokio::spawn(async move {
+            let _permit = permit;
             let tls = match tokio::time::timeout(limits.handshake_timeout, acceptor.accept(stream))
                 .await
             {
@@ -226,8 +392,9 @@ pub async fn serve_admission(
                     return;
                 }
             };
-            let service =
-                hyper::service::service_fn(move |req| handle_admission(req, state.clone(), limits));
+            let service = hyper::service::service_fn(move |req| {
+                gated_admission(req, state.clone(), limits, gates.clone())
+            });
             let conn = builder.serve_connection(TokioIo::new(tls), service);
             if let Err(e) = watcher.watch(conn).await {
                 tracing::debug!(%peer, error = %e, "connection closed with an error");

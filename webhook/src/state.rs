@@ -1,9 +1,14 @@
 //! What the admission handlers share: the overlap index, the Resource cache, the policy, the
 //! clock, readiness flags and metrics.
+//!
+//! Readiness (`/readyz`) is three facts: every cache has synced; the booking watch has not been
+//! failing for longer than [`State::watch_failure_bound`] (else the overlap index may be stale,
+//! and booking reviews are refused with 503 as before the first sync, until a relist has
+//! completed); and the webhook is not draining for shutdown ([`State::mark_draining`]).
 
 use std::sync::{
     RwLock,
-    atomic::{AtomicBool, Ordering},
+    atomic::{AtomicBool, AtomicI64, Ordering},
 };
 
 use booking_shared::{api::Resource, overlap::OverlapIndex, validation::Policy};
@@ -30,9 +35,21 @@ pub struct State {
     pub clock: Clock,
     /// Metrics of the admission handlers.
     pub metrics: Metrics,
+    /// How long the booking watch may fail (no completed relist since its first error) before
+    /// the overlap index counts as stale: unready, and booking reviews refused with 503.
+    pub watch_failure_bound: Duration,
+    /// How many admitted-but-not-yet-stored reservations one requester (`userInfo.username`)
+    /// may hold at once; beyond it a real create or update is refused, naming the bound.
+    pub max_reservations_per_requester: usize,
     bookings_synced: AtomicBool,
     resources_synced: AtomicBool,
+    draining: AtomicBool,
+    /// Milliseconds since the Unix epoch of the first failure of the booking watch since its
+    /// last completed (re)list, or [`NOT_FAILING`].
+    watch_failing_since: AtomicI64,
 }
+
+const NOT_FAILING: i64 = i64::MIN;
 
 impl State {
     /// New state with an empty index; not ready until [`State::mark_bookings_synced`] and
@@ -53,9 +70,55 @@ impl State {
             reservation_ttl,
             clock,
             metrics,
+            watch_failure_bound: Duration::seconds(30),
+            max_reservations_per_requester: 50,
             bookings_synced: AtomicBool::new(false),
             resources_synced: AtomicBool::new(no_resource_cache),
+            draining: AtomicBool::new(false),
+            watch_failing_since: AtomicI64::new(NOT_FAILING),
         }
+    }
+
+    /// Records that the webhook is shutting down: `/readyz` answers 503 from now on (so that
+    /// the Service stops routing here), while admission requests are still answered.
+    pub fn mark_draining(&self) {
+        self.draining.store(true, Ordering::Release);
+    }
+
+    /// Whether [`State::mark_draining`] was called.
+    pub fn draining(&self) -> bool {
+        self.draining.load(Ordering::Acquire)
+    }
+
+    /// Records a failure of the booking watch at `at`; the first failure since the last
+    /// completed list starts the clock of [`State::watch_failure_bound`].
+    pub fn mark_booking_watch_failed(&self, at: DateTime<Utc>) {
+        let _ = self.watch_failing_since.compare_exchange(
+            NOT_FAILING,
+            at.timestamp_millis(),
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
+    }
+
+    /// Records that a (re)list of the booking watch completed: the index is current again.
+    pub fn mark_booking_watch_healthy(&self) {
+        self.watch_failing_since
+            .store(NOT_FAILING, Ordering::Release);
+    }
+
+    /// How long the booking watch has been failing at `now`, if it is failing.
+    pub fn booking_watch_failing_for(&self, now: DateTime<Utc>) -> Option<Duration> {
+        match self.watch_failing_since.load(Ordering::Acquire) {
+            NOT_FAILING => None,
+            since => Some(now - DateTime::from_timestamp_millis(since).unwrap_or(now)),
+        }
+    }
+
+    /// Whether the booking watch has been failing for longer than the bound at `now`.
+    pub fn index_stale(&self, now: DateTime<Utc>) -> bool {
+        self.booking_watch_failing_for(now)
+            .is_some_and(|d| d > self.watch_failure_bound)
     }
 
     /// The current instant by the injected clock.
@@ -73,18 +136,17 @@ impl State {
         self.resources_synced.store(true, Ordering::Release);
     }
 
-    /// Whether the booking index holds the initial list of its watch: until then an overlap
-    /// check could miss any booking, so bookings are not judged (see
-    /// [`crate::admission`]).
+    /// Whether the booking index holds the initial list of its watch and is not stale (see
+    /// [`State::index_stale`]): otherwise an overlap check could miss any booking, so bookings
+    /// are not judged (see [`crate::admission`]).
     pub fn bookings_synced(&self) -> bool {
-        self.bookings_synced.load(Ordering::Acquire)
+        self.bookings_synced.load(Ordering::Acquire) && !self.index_stale(self.now())
     }
 
-    /// Whether every cache has synced: before that, an overlap check could miss a booking, so
+    /// Whether every cache has synced and is current, and the webhook is not draining: else
     /// `/readyz` answers 503 and the API server's Service does not route to this replica.
     pub fn ready(&self) -> bool {
-        self.bookings_synced.load(Ordering::Acquire)
-            && self.resources_synced.load(Ordering::Acquire)
+        self.bookings_synced() && self.resources_synced.load(Ordering::Acquire) && !self.draining()
     }
 
     /// Whether a Resource exists, or `None` when there is no Resource cache.
@@ -107,7 +169,17 @@ impl State {
 
 impl booking_shared::ops::Probe for State {
     fn ready(&self) -> Result<(), String> {
-        if State::ready(self) {
+        let now = self.now();
+        if self.draining() {
+            Err("shutting down: draining open admission requests".to_owned())
+        } else if self.index_stale(now) {
+            let failing = self.booking_watch_failing_for(now).unwrap_or_default();
+            Err(format!(
+                "the booking watch has been failing for {} s (bound {} s, --watch-failure-bound-seconds): the overlap index may be stale until a relist completes",
+                failing.num_seconds(),
+                self.watch_failure_bound.num_seconds()
+            ))
+        } else if State::ready(self) {
             Ok(())
         } else {
             Err("the booking and Resource caches have not synced yet".to_owned())

@@ -191,10 +191,23 @@ impl ReloadingCert {
     /// A rustls server configuration (TLS 1.2 and 1.3, HTTP/2 and HTTP/1.1 by ALPN) that takes
     /// its certificate from this resolver at every handshake.
     pub fn server_config(self: &Arc<Self>) -> Result<ServerConfig, TlsError> {
-        let mut config = ServerConfig::builder_with_provider(self.provider.clone())
-            .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?
-            .with_no_client_auth()
-            .with_cert_resolver(self.clone());
+        self.server_config_with_client_ca(None)
+    }
+
+    /// [`ReloadingCert::server_config`], and with `client_ca` (a PEM file of CA certificates)
+    /// every client must present a certificate signed by one of them (rustls'
+    /// `WebPkiClientVerifier`): a handshake without one is refused.
+    pub fn server_config_with_client_ca(
+        self: &Arc<Self>,
+        client_ca: Option<&Path>,
+    ) -> Result<ServerConfig, TlsError> {
+        let builder = ServerConfig::builder_with_provider(self.provider.clone())
+            .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?;
+        let builder = match client_ca {
+            None => builder.with_no_client_auth(),
+            Some(path) => builder.with_client_cert_verifier(client_verifier(path, &self.provider)?),
+        };
+        let mut config = builder.with_cert_resolver(self.clone());
         config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
         Ok(config)
     }
@@ -204,6 +217,33 @@ impl ResolvesServerCert for ReloadingCert {
     fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
         Some(self.current.load_full())
     }
+}
+
+/// A verifier accepting only client certificates signed by a CA of the PEM file `path`.
+pub fn client_verifier(
+    path: &Path,
+    provider: &Arc<CryptoProvider>,
+) -> Result<Arc<dyn rustls::server::danger::ClientCertVerifier>, TlsError> {
+    let pem = std::fs::read(path).map_err(|source| TlsError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    let bad = |reason: String| TlsError::Certificate {
+        path: path.to_owned(),
+        reason: format!("{reason} (--client-ca-file)"),
+    };
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(&pem) {
+        roots
+            .add(cert.map_err(|e| bad(e.to_string()))?)
+            .map_err(|e| bad(e.to_string()))?;
+    }
+    if roots.is_empty() {
+        return Err(bad("no certificate found".to_owned()));
+    }
+    rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+        .build()
+        .map_err(|e| bad(e.to_string()))
 }
 
 async fn read_pair(cert: &Path, key: &Path) -> Result<(Vec<u8>, Vec<u8>), TlsError> {

@@ -155,6 +155,56 @@ fn dry_run_reserves_nothing_and_real_requests_reserve_their_slot() {
     assert_eq!(validate(&state, &Req::create(first))["allowed"], true);
 }
 
+/// One requester cannot fill the index with reservations: past the bound, its real creates are
+/// refused naming the bound while others' are admitted; a refused review and a dry run reserve
+/// nothing; a reservation ends when the watch delivers the booking, making room again.
+#[test]
+fn reservations_are_bounded_per_requester_and_released_when_the_watch_delivers() {
+    let mut state = state_with(&[], &[]);
+    std::sync::Arc::get_mut(&mut state)
+        .unwrap()
+        .max_reservations_per_requester = 2;
+    let by = |user: &'static str, name: &str, resource: &str| {
+        let mut req = Req::create(booking("ns", name, resource, 1, 2, "x"));
+        req.user = user;
+        req
+    };
+    for name in ["m0", "m1"] {
+        let r = validate(&state, &by("mallory", name, name));
+        assert_eq!(r["allowed"], true, "{r}");
+    }
+    let r = validate(&state, &by("mallory", "m2", "m2"));
+    assert_eq!(r["allowed"], false, "{r}");
+    assert!(
+        message(&r).contains("at most 2 per requester"),
+        "{}",
+        message(&r)
+    );
+    assert_eq!(state.read_index().reservations_by("mallory"), 2);
+    // Others are not held back; a dry run of mallory's is judged as usual.
+    assert_eq!(validate(&state, &by("bob", "b0", "b0"))["allowed"], true);
+    let mut dry = by("mallory", "m3", "m3");
+    dry.dry_run = true;
+    assert_eq!(validate(&state, &dry)["allowed"], true);
+    // A refused review reserves nothing.
+    let r = validate(&state, &by("bob", "b1", "m0"));
+    assert_eq!(r["allowed"], false, "an overlap with m0: {r}");
+    assert_eq!(state.read_index().reservations_by("bob"), 1);
+    // The watch delivers m0: its reservation ends, mallory may book again.
+    let m0: booking_shared::api::Booking =
+        serde_json::from_value(booking("ns", "m0", "m0", 1, 2, "x")).unwrap();
+    booking_webhook::caches::apply_booking_event(
+        &state,
+        &mut Vec::new(),
+        kube::runtime::watcher::Event::Apply(m0),
+    );
+    assert_eq!(state.read_index().reservations_by("mallory"), 1);
+    assert_eq!(
+        validate(&state, &by("mallory", "m2", "m2"))["allowed"],
+        true
+    );
+}
+
 #[test]
 fn warnings_for_past_bookings_and_missing_resources() {
     let state = state_with(&[], &[resource("ns", "ec2.analytics")]);

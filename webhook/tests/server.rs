@@ -61,6 +61,7 @@ fn limits() -> Limits {
         header_read_timeout: Duration::from_secs(2),
         body_read_timeout: Duration::from_secs(1),
         shutdown_grace: Duration::from_secs(5),
+        ..Limits::default()
     }
 }
 
@@ -344,6 +345,40 @@ async fn readiness_follows_the_caches_and_health_is_always_ok() {
     state.mark_bookings_synced();
     assert_eq!(admin_get(run.admin, "/readyz").await.0, 200);
     assert_eq!(admin_get(run.admin, "/nothing").await.0, 404);
+    let _ = run.stop.send(true);
+}
+
+/// `/readyz` fails once the booking watch has been failing for longer than the bound (the index
+/// may be stale, and booking reviews are refused meanwhile), is ready again after a completed
+/// relist, and fails for good once the webhook drains for shutdown.
+#[tokio::test]
+async fn readiness_fails_past_the_watch_failure_bound_and_while_draining() {
+    let pem = generate();
+    let state = state_with(&[], &[]);
+    let run = start(state.clone(), &pem).await;
+    assert_eq!(admin_get(run.admin, "/readyz").await.0, 200);
+    // Failing for 29 s at the fixed clock's now: within the bound of 30 s.
+    state.mark_booking_watch_failed(now() - chrono::Duration::seconds(29));
+    assert_eq!(
+        admin_get(run.admin, "/readyz").await.0,
+        200,
+        "within the bound"
+    );
+    state.mark_booking_watch_healthy();
+    state.mark_booking_watch_failed(now() - chrono::Duration::seconds(31));
+    let (status, why) = admin_get(run.admin, "/readyz").await;
+    assert_eq!(status, 503);
+    assert!(why.contains("failing for 31 s (bound 30 s"), "{why}");
+    assert!(!state.bookings_synced(), "booking reviews are not judged");
+    // A later failure does not restart the clock; a completed relist does.
+    state.mark_booking_watch_failed(now());
+    assert_eq!(admin_get(run.admin, "/readyz").await.0, 503);
+    state.mark_booking_watch_healthy();
+    assert_eq!(admin_get(run.admin, "/readyz").await.0, 200);
+    state.mark_draining();
+    let (status, why) = admin_get(run.admin, "/readyz").await;
+    assert_eq!(status, 503);
+    assert!(why.contains("draining"), "{why}");
     let _ = run.stop.send(true);
 }
 

@@ -80,3 +80,13 @@ seccompProfile:
   type: RuntimeDefault
 {{- end -}}
 
+
+{{- /* What cert-manager's CA injector reads the webhook configurations' caBundle from: the chart's
+CA certificate, or the serving certificate when the issuer is your own. */ -}}
+{{- define "rbo.webhookCaFrom" -}}
+{{- if .Values.webhook.certificate.certManager.issuerRef -}}
+{{ .Release.Namespace }}/{{ include "rbo.webhookName" . }}
+{{- else -}}
+{{ .Release.Namespace }}/{{ include "rbo.webhookName" . }}-ca
+{{- end -}}
+{{- end -}}

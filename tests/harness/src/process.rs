@@ -309,6 +309,23 @@ impl ManagedProcess {
         signal_group(self.child.id(), rustix::process::Signal::TERM);
     }
 
+    /// Waits up to `timeout` for the process to exit by itself; `None` if it still runs.
+    ///
+    /// # Errors
+    /// [`Error::Io`] when the process's status cannot be read.
+    pub async fn wait_exit(&mut self, timeout: Duration) -> Result<Option<ExitStatus>> {
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.try_exit_status()? {
+                return Ok(Some(status));
+            }
+            if start.elapsed() >= timeout {
+                return Ok(None);
+            }
+            tokio::time::sleep(PROBE_INTERVAL).await;
+        }
+    }
+
     /// Kills the process's group at once with SIGKILL, as a crash or an OOM kill would, and
     /// waits for the leader to exit. Returns how it exited.
     ///

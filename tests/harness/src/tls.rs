@@ -96,6 +96,21 @@ impl TestCa {
         .with_no_client_auth())
     }
 
+    /// Issues a client certificate (extended key usage clientAuth) with common name `name`, as
+    /// an API server presents to an admission webhook, and writes `<test dir>/tls/<name>.crt`
+    /// (leaf then CA) and `<name>.key` (PKCS#8, mode 0600).
+    ///
+    /// # Errors
+    /// [`Error::Certificate`] or [`Error::Io`].
+    pub fn issue_client_cert(&self, name: &str) -> Result<ServerCert> {
+        let mut params = CertificateParams::new(Vec::<String>::new())?;
+        params.distinguished_name.push(DnType::CommonName, name);
+        params.is_ca = IsCa::ExplicitNoCa;
+        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        self.sign(name, params)
+    }
+
     /// Issues a serving certificate (extended key usage serverAuth) for `names` — DNS names
     /// or IP addresses, e.g. `["localhost", "127.0.0.1"]` — and writes
     /// `<test dir>/tls/<name>.crt` (leaf then CA) and `<name>.key` (PKCS#8, mode 0600).
@@ -115,6 +130,11 @@ impl TestCa {
             KeyUsagePurpose::KeyEncipherment,
         ];
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        self.sign(name, params)
+    }
+
+    /// Signs `params` with a new key; writes `<name>.crt` (leaf then CA) and `<name>.key`.
+    fn sign(&self, name: &str, params: CertificateParams) -> Result<ServerCert> {
         let key = KeyPair::generate()?;
         let cert = params.signed_by(&key, &self.issuer)?;
         let cert_pem = cert.pem();

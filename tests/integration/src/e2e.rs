@@ -67,7 +67,7 @@ pub fn workspace_binary(name: &str) -> PathBuf {
 
 /// The real `booking-webhook` serving admission on 127.0.0.1:`port` with `cert` and its admin
 /// port (`/readyz`, `/metrics`) on 127.0.0.1:`admin_port`, against the API server of
-/// `kubeconfig`; spawn it with [`ProcessBuilder::spawn`].
+/// `kubeconfig`, without a drain period; spawn it with [`ProcessBuilder::spawn`].
 pub fn webhook_process(
     cert: &booking_harness::tls::ServerCert,
     port: u16,
@@ -85,6 +85,9 @@ pub fn webhook_process(
         .arg(format!("127.0.0.1:{admin_port}"))
         .env("KUBECONFIG", kubeconfig)
         .env("RUST_LOG", "info,booking_webhook=debug")
+        // No Service routes to it: nothing to drain, it stops at once (a test's
+        // `--drain-seconds` overrides this).
+        .env("WEBHOOK_DRAIN_SECONDS", "0")
 }
 
 pub use booking_harness::wait_for;

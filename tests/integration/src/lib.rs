@@ -1,8 +1,9 @@
 //! Harness shared by the integration tests: where the project's and the reference's files are,
 //! the generated CRDs, YAML documents and commands fed on stdin; the end-to-end helpers
-//! ([`e2e`], [`campaign`]) and the packaging tests' ([`packaging`]). What an API server accepts
+//! ([`e2e`], [`campaign`], [`admission_client`]) and the packaging tests' ([`packaging`]). What an API server accepts
 //! is asked of a real one (see `booking_harness::control_plane`), never imitated here.
 
+pub mod admission_client;
 pub mod campaign;
 pub mod e2e;
 pub mod packaging;

@@ -20,6 +20,7 @@ use k8s_openapi::api::admissionregistration::v1::{
 };
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, PodSpec, Secret, Service, ServiceAccount};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -225,6 +226,7 @@ pub fn assert_well_formed(o: &Value) {
         ("v1", "ConfigMap") => assert_round_trip::<ConfigMap>(o),
         ("apps/v1", "Deployment") => assert_round_trip::<Deployment>(o),
         ("policy/v1", "PodDisruptionBudget") => assert_round_trip::<PodDisruptionBudget>(o),
+        ("networking.k8s.io/v1", "NetworkPolicy") => assert_round_trip::<NetworkPolicy>(o),
         ("rbac.authorization.k8s.io/v1", "ClusterRole") => assert_round_trip::<ClusterRole>(o),
         ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding") => {
             assert_round_trip::<ClusterRoleBinding>(o)
@@ -244,7 +246,13 @@ pub fn assert_well_formed(o: &Value) {
             assert!(o["spec"].is_object(), "Issuer {} has a spec", name_of(o));
         }
         ("cert-manager.io/v1", "Certificate") => {
-            for field in ["secretName", "dnsNames", "issuerRef"] {
+            // A CA certificate names itself by commonName; a serving one by its DNS names.
+            let names = if o["spec"]["isCA"] == true {
+                "commonName"
+            } else {
+                "dnsNames"
+            };
+            for field in ["secretName", names, "issuerRef"] {
                 assert!(
                     !o["spec"][field].is_null(),
                     "Certificate needs spec.{field}"
@@ -300,6 +308,62 @@ pub fn webhook_client_configs(objects: &[Value]) -> Vec<(String, Value)> {
                 })
         })
         .collect()
+}
+
+/// The cert-manager objects form a CA chain: the serving Certificate `serving` is issued by a CA
+/// Issuer whose Secret is written by an `isCA` Certificate, itself issued by a self-signed
+/// Issuer; and both webhook configurations take their caBundle from that CA certificate
+/// (`cert-manager.io/inject-ca-from`), never from the serving certificate, so that renewing the
+/// serving certificate never changes the caBundle. Returns the CA Certificate.
+pub fn assert_cert_manager_ca_chain<'a>(objects: &'a [Value], serving: &str) -> &'a Value {
+    let cert = find(objects, "Certificate", serving);
+    assert_ne!(
+        cert["spec"]["isCA"], true,
+        "the serving certificate is no CA"
+    );
+    assert_eq!(cert["spec"]["issuerRef"]["kind"], "Issuer");
+    let ca_issuer = find(
+        objects,
+        "Issuer",
+        cert["spec"]["issuerRef"]["name"].as_str().unwrap(),
+    );
+    let ca_secret = ca_issuer["spec"]["ca"]["secretName"]
+        .as_str()
+        .unwrap_or_else(|| panic!("Issuer {} is a CA issuer: {ca_issuer}", name_of(ca_issuer)));
+    let ca = all_of(objects, "Certificate")
+        .into_iter()
+        .find(|c| c["spec"]["secretName"] == ca_secret)
+        .unwrap_or_else(|| panic!("no Certificate writes the CA Secret {ca_secret}"));
+    assert_eq!(ca["spec"]["isCA"], true, "{} is a CA", name_of(ca));
+    assert_ne!(
+        ca["spec"]["secretName"], cert["spec"]["secretName"],
+        "the CA and the serving certificate have Secrets of their own"
+    );
+    let root = find(
+        objects,
+        "Issuer",
+        ca["spec"]["issuerRef"]["name"].as_str().unwrap(),
+    );
+    assert!(
+        root["spec"]["selfSigned"].is_object(),
+        "the CA is issued by a self-signed Issuer: {root}"
+    );
+    let ns = ca["metadata"]["namespace"].as_str().unwrap();
+    let configurations: Vec<&Value> = objects
+        .iter()
+        .filter(|o| kind_of(o).ends_with("WebhookConfiguration"))
+        .collect();
+    assert_eq!(configurations.len(), 2);
+    for o in configurations {
+        assert_eq!(
+            o["metadata"]["annotations"]["cert-manager.io/inject-ca-from"],
+            format!("{ns}/{}", name_of(ca)),
+            "{} {} takes its caBundle from the CA certificate",
+            kind_of(o),
+            name_of(o)
+        );
+    }
+    ca
 }
 
 /// Both Deployments run hardened Pods: non-root with a non-zero UID, seccomp RuntimeDefault, a
@@ -477,6 +541,37 @@ impl Plane {
         let mut args = vec!["apply", "--server-side", "--field-manager", ARGO_CD_MANAGER];
         args.extend(source);
         self.k(&args)
+    }
+
+    /// cert-manager is not part of these tests: registers its two kinds with open schemas, so
+    /// that installs with cert-manager objects apply whole. What the install relies on in them
+    /// is checked on the renders ([`assert_well_formed`], [`assert_cert_manager_ca_chain`]).
+    pub fn register_cert_manager_kinds(&self) {
+        let crd = |kind: &str, plural: &str| {
+            json!({
+                "apiVersion": "apiextensions.k8s.io/v1",
+                "kind": "CustomResourceDefinition",
+                "metadata": {"name": format!("{plural}.cert-manager.io")},
+                "spec": {
+                    "group": "cert-manager.io",
+                    "scope": "Namespaced",
+                    "names": {"kind": kind, "plural": plural, "singular": kind.to_lowercase(),
+                              "listKind": format!("{kind}List")},
+                    "versions": [{"name": "v1", "served": true, "storage": true,
+                        "schema": {"openAPIV3Schema": {"type": "object",
+                            "x-kubernetes-preserve-unknown-fields": true}}}],
+                },
+            })
+        };
+        let list = json!({"apiVersion": "v1", "kind": "List",
+            "items": [crd("Certificate", "certificates"), crd("Issuer", "issuers")]});
+        let out = self.k_output(&["apply", "--server-side", "-f", "-"], &list.to_string());
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        self.wait_crds_established();
     }
 
     /// Waits until every CRD is Established.

@@ -336,13 +336,14 @@ fn helm_certificate_modes() {
         assert_well_formed(o);
     }
     assert!(all_of(&objects, "Secret").is_empty());
-    let cert = only(&objects, "Certificate");
-    let issuer = only(&objects, "Issuer");
-    assert_eq!(
-        cert["spec"]["issuerRef"]["name"],
-        issuer["metadata"]["name"]
+    // A CA chain of the chart's own; the caBundle comes from the CA, not the serving certificate.
+    let ca = assert_cert_manager_ca_chain(&objects, "rbo-resource-booking-operator-webhook");
+    assert_eq!(name_of(ca), "rbo-resource-booking-operator-webhook-ca");
+    let cert = find(
+        &objects,
+        "Certificate",
+        "rbo-resource-booking-operator-webhook",
     );
-    assert_eq!(cert["spec"]["issuerRef"]["kind"], "Issuer");
     assert_eq!(
         cert["spec"]["dnsNames"][0],
         format!("rbo-resource-booking-operator-webhook.{NAMESPACE}.svc")
@@ -355,6 +356,21 @@ fn helm_certificate_modes() {
             .and_then(|s| s.secret_name.as_deref())
             == cert["spec"]["secretName"].as_str())
     );
+    for (what, cc) in webhook_client_configs(&objects) {
+        assert!(
+            cc["caBundle"].is_null(),
+            "{what}: cert-manager injects the caBundle"
+        );
+    }
+    // A cluster issuer of your own: no chain from the chart; the serving certificate's ca.crt
+    // (that issuer's CA) is injected.
+    let objects = helm_ok(&[
+        "--set",
+        "webhook.certificate.mode=cert-manager,webhook.certificate.certManager.issuerRef.name=corp-ca,webhook.certificate.certManager.issuerRef.kind=ClusterIssuer",
+    ]);
+    assert!(all_of(&objects, "Issuer").is_empty());
+    let cert = only(&objects, "Certificate");
+    assert_eq!(cert["spec"]["issuerRef"]["kind"], "ClusterIssuer");
     for o in objects
         .iter()
         .filter(|o| kind_of(o).ends_with("WebhookConfiguration"))
@@ -364,22 +380,6 @@ fn helm_certificate_modes() {
             format!("{NAMESPACE}/{}", name_of(cert))
         );
     }
-    for (what, cc) in webhook_client_configs(&objects) {
-        assert!(
-            cc["caBundle"].is_null(),
-            "{what}: cert-manager injects the caBundle"
-        );
-    }
-    // A cluster issuer of your own.
-    let objects = helm_ok(&[
-        "--set",
-        "webhook.certificate.mode=cert-manager,webhook.certificate.certManager.issuerRef.name=corp-ca,webhook.certificate.certManager.issuerRef.kind=ClusterIssuer",
-    ]);
-    assert!(all_of(&objects, "Issuer").is_empty());
-    assert_eq!(
-        only(&objects, "Certificate")["spec"]["issuerRef"]["kind"],
-        "ClusterIssuer"
-    );
 
     // existing-secret: the named Secret is mounted, the given CA is the caBundle.
     let ca = base64::engine::general_purpose::STANDARD.encode("-----BEGIN CERTIFICATE-----\n...\n");

@@ -29,37 +29,6 @@ fn opted_out_namespace(p: &Plane, name: &str) {
     ]);
 }
 
-/// cert-manager is not part of these tests; its two kinds are registered with open schemas so
-/// that the base, which includes `components/cert-manager`, applies whole. What the install
-/// relies on in the Certificate is checked in `kustomize_base_renders_the_whole_install`.
-fn register_cert_manager_kinds(p: &Plane) {
-    let crd = |kind: &str, plural: &str| {
-        json!({
-            "apiVersion": "apiextensions.k8s.io/v1",
-            "kind": "CustomResourceDefinition",
-            "metadata": {"name": format!("{plural}.cert-manager.io")},
-            "spec": {
-                "group": "cert-manager.io",
-                "scope": "Namespaced",
-                "names": {"kind": kind, "plural": plural, "singular": kind.to_lowercase(),
-                          "listKind": format!("{kind}List")},
-                "versions": [{"name": "v1", "served": true, "storage": true,
-                    "schema": {"openAPIV3Schema": {"type": "object",
-                        "x-kubernetes-preserve-unknown-fields": true}}}],
-            },
-        })
-    };
-    let list = json!({"apiVersion": "v1", "kind": "List",
-        "items": [crd("Certificate", "certificates"), crd("Issuer", "issuers")]});
-    let out = p.k_output(&["apply", "--server-side", "-f", "-"], &list.to_string());
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    p.wait_crds_established();
-}
-
 /// The served object's managedFields entries of `manager`.
 fn managed_by<'a>(object: &'a Value, manager: &str) -> Vec<&'a Value> {
     object["metadata"]["managedFields"]
@@ -229,7 +198,7 @@ async fn kustomize_install_is_accepted_admitted_least_privileged_and_drift_free(
     // configurations (which would call a webhook that is not running for every Booking of
     // other tests), ClusterRoles and CRDs.
     let p = Plane::start("kustomize-install").await;
-    register_cert_manager_kinds(&p);
+    p.register_cert_manager_kinds();
     let manifests = repo_root().join("manifests");
     let manifests_arg = manifests.to_str().unwrap();
 

@@ -479,6 +479,8 @@ async fn start(s: &Settings, binaries: &Binaries) -> Result<()> {
                     format!("127.0.0.1:{}", p.webhook_admin),
                 ),
                 ("RUST_LOG".to_owned(), "info".to_owned()),
+                // No Service routes here, so there is nothing to drain: stop at once.
+                ("WEBHOOK_DRAIN_SECONDS".to_owned(), "0".to_owned()),
             ],
         ]
         .concat(),
