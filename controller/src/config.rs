@@ -68,6 +68,42 @@ pub struct AwsArgs {
     /// SDK attempts per call, including the first.
     #[arg(long, env = "AWS_MAX_ATTEMPTS", default_value_t = 5)]
     pub max_attempts: u32,
+    /// Seconds one AWS call may take in all, its retries and their backoff included.
+    #[arg(
+        long = "aws-operation-timeout-seconds",
+        env = "AWS_OPERATION_TIMEOUT_SECONDS",
+        default_value_t = 60
+    )]
+    pub operation_timeout_seconds: u64,
+    /// Seconds one attempt of an AWS call may take (connect, send, read the answer); a stalled
+    /// attempt is abandoned then and retried like a transport error.
+    #[arg(
+        long = "aws-attempt-timeout-seconds",
+        env = "AWS_ATTEMPT_TIMEOUT_SECONDS",
+        default_value_t = 15
+    )]
+    pub attempt_timeout_seconds: u64,
+    /// Seconds to establish a connection to an AWS endpoint.
+    #[arg(
+        long = "aws-connect-timeout-seconds",
+        env = "AWS_CONNECT_TIMEOUT_SECONDS",
+        default_value_t = 5
+    )]
+    pub connect_timeout_seconds: u64,
+}
+
+impl AwsArgs {
+    /// The SDK's timeouts of every call: operation, attempt, connect and read (the read
+    /// timeout is the attempt's).
+    pub fn timeouts(&self) -> aws_config::timeout::TimeoutConfig {
+        let attempt = Duration::from_secs(self.attempt_timeout_seconds);
+        aws_config::timeout::TimeoutConfig::builder()
+            .operation_timeout(Duration::from_secs(self.operation_timeout_seconds))
+            .operation_attempt_timeout(attempt)
+            .connect_timeout(Duration::from_secs(self.connect_timeout_seconds))
+            .read_timeout(attempt)
+            .build()
+    }
 }
 
 /// The AWS SDK's retry modes.
@@ -139,6 +175,17 @@ impl Args {
         }
         if self.aws.max_attempts == 0 {
             return Err(ConfigError("--aws-max-attempts must be at least 1".into()));
+        }
+        let a = &self.aws;
+        if a.attempt_timeout_seconds == 0
+            || a.connect_timeout_seconds == 0
+            || a.connect_timeout_seconds > a.attempt_timeout_seconds
+            || a.attempt_timeout_seconds > a.operation_timeout_seconds
+        {
+            return Err(ConfigError(format!(
+                "AWS timeouts must satisfy 1 <= AWS_CONNECT_TIMEOUT_SECONDS ({}) <= AWS_ATTEMPT_TIMEOUT_SECONDS ({}) <= AWS_OPERATION_TIMEOUT_SECONDS ({})",
+                a.connect_timeout_seconds, a.attempt_timeout_seconds, a.operation_timeout_seconds
+            )));
         }
         if let Some(arn) = &self.aws.assume_role_arn
             && !(arn.starts_with("arn:") && arn.contains(":role/"))

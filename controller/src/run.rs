@@ -73,6 +73,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         args.aws.assume_role_arn.as_deref(),
         args.aws.retry_mode == RetryMode::Adaptive,
         args.aws.max_attempts,
+        args.aws.timeouts(),
     )
     .await;
     let default_region = sdk.region().map(|r| r.to_string()).context(

@@ -54,6 +54,7 @@ fn settings(server: &SmtpServer, ca: &TestCa, user: Option<(&str, &str)>) -> Smt
         port: server.port(),
         username: user.map(|(u, _)| u.to_owned()),
         password: user.map(|(_, p)| p.to_owned()),
+        password_file: None,
         sender: Some("Resource booking <booking@example.com>".into()),
         security: SmtpSecurity::Starttls,
         ca_file: Some(ca.cert_path().to_path_buf()),

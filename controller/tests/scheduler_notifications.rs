@@ -60,6 +60,8 @@ struct Cluster {
     client: kube::Client,
     /// The test's own namespace on the shared control plane.
     ns: String,
+    /// The admin kubeconfig of the shared control plane.
+    kubeconfig: std::path::PathBuf,
 }
 
 /// The run's shared control plane (`booking-control-plane run -- …`), the shipped CRDs applied
@@ -73,6 +75,7 @@ async fn cluster(label: &str) -> Cluster {
     Cluster {
         client: cluster.client().await.expect("client"),
         ns: cluster.namespace().to_owned(),
+        kubeconfig: cluster.kubeconfig_path().to_path_buf(),
     }
 }
 
@@ -270,6 +273,108 @@ async fn a_per_minute_scheduler_creates_one_booking_per_fire_on_the_fire_time() 
     assert_eq!(ready.reason, "MissedFire", "{ready:?}");
 }
 
+/// Through the harness's API proxy in front of the real API server: a fire whose booking create
+/// is answered 429, 500 or 401 stays pending and is retried (each failed reconcile goes back to
+/// `reconcile::drive`'s per-object backoff) until the booking exists; a 422 (a validation or
+/// webhook refusal) is recorded once as refused and not retried.
+#[tokio::test]
+async fn only_400_403_and_422_refuse_a_fire_for_good() {
+    use booking_harness::kube_proxy::{KubeFault, KubeProxy, Method, Upstream};
+    let c = cluster("sched-faults").await;
+    let dir = TestDir::new("sched-faults").unwrap();
+    let proxy = KubeProxy::start(&dir, &Upstream::from_kubeconfig(&c.kubeconfig).unwrap())
+        .await
+        .expect("API proxy");
+    // kube's client itself retries 429, 503 and 504 up to 15 times (its default retry layer);
+    // without that layer, each injected answer reaches the reconciler, as one that outlasts
+    // those retries (or a 500 or 401, which the client never retries) does.
+    let kubeconfig = kube::config::Kubeconfig::read_from(proxy.kubeconfig_path()).unwrap();
+    let mut config = kube::Config::from_custom_kubeconfig(
+        kubeconfig,
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await
+    .unwrap();
+    config.default_retry = false;
+    let through_proxy = Cluster {
+        client: kube::Client::try_from(config).expect("a client through the proxy"),
+        ns: c.ns.clone(),
+        kubeconfig: proxy.kubeconfig_path().to_path_buf(),
+    };
+    create_scheduler(
+        &c,
+        "hourly",
+        serde_json::json!({"schedule": "0 * * * *", "duration": 30, "bookingTemplate": {"resource_name": "ec2.analytics", "user_id": "ann"}}),
+    )
+    .await;
+    let clock = TestClock::new("2099-01-01T10:00:00.250Z");
+    let ctx = scheduler_ctx(&through_proxy, &clock);
+    let sched: Api<BookingScheduler> = Api::namespaced(c.client.clone(), &c.ns);
+    let creates = |path: &str| {
+        proxy
+            .requests()
+            .iter()
+            .filter(|r| r.method == Method::POST && r.path.contains(path))
+            .count()
+    };
+    let path = format!("/namespaces/{}/bookings", c.ns);
+    for status in [429, 500, 401] {
+        proxy.inject(KubeFault::new(Method::POST, &path, status));
+        let obj = sched.get("hourly").await.unwrap();
+        let r = scheduler::reconcile(Arc::new(obj), ctx.clone()).await;
+        assert!(
+            r.is_err(),
+            "HTTP {status} fails the reconcile, to be retried: {r:?}"
+        );
+        assert!(bookings(&c).await.is_empty());
+        let status_now = sched
+            .get("hourly")
+            .await
+            .unwrap()
+            .status
+            .unwrap_or_default();
+        assert_eq!(status_now.last_fire_time, None, "the fire is still pending");
+    }
+    clock.set("2099-01-01T10:00:09Z");
+    reconcile_scheduler(&through_proxy, &ctx, "hourly").await;
+    let names: Vec<_> = bookings(&c).await.iter().map(|b| b.name_any()).collect();
+    assert_eq!(
+        names,
+        ["hourly-209901011000"],
+        "the fire's booking, created late"
+    );
+    assert_eq!(creates(&path), 4);
+
+    // The next fire is refused by validation (422): recorded once, never retried.
+    proxy.inject(
+        KubeFault::new(Method::POST, &path, 422)
+            .message("admission webhook denied the request: overlaps"),
+    );
+    clock.set("2099-01-01T11:00:00.100Z");
+    reconcile_scheduler(&through_proxy, &ctx, "hourly").await;
+    clock.set("2099-01-01T11:00:30Z");
+    reconcile_scheduler(&through_proxy, &ctx, "hourly").await;
+    reconcile_scheduler(&through_proxy, &ctx, "hourly").await;
+    assert_eq!(creates(&path), 5, "one create for the refused fire");
+    assert_eq!(bookings(&c).await.len(), 1);
+    let status = sched.get("hourly").await.unwrap().status.unwrap();
+    assert_eq!(
+        status.last_fire_time.as_deref(),
+        Some("2099-01-01T11:00:00Z")
+    );
+    let ready = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .unwrap();
+    assert_eq!(
+        (ready.status.as_str(), ready.reason.as_str()),
+        ("False", "BookingRefused"),
+        "{ready:?}"
+    );
+    assert!(ready.message.contains("overlaps"), "{}", ready.message);
+}
+
 #[tokio::test]
 async fn history_limit_and_invalid_schedules() {
     let c = cluster("hist").await;
@@ -322,6 +427,7 @@ fn smtp_settings(port: u16, ca: &TestCa) -> SmtpSettings {
         port,
         username: Some("booker".into()),
         password: Some("s3cret".into()),
+        password_file: None,
         sender: Some("booking@example.com".into()),
         security: SmtpSecurity::Starttls,
         ca_file: Some(ca.cert_path().to_path_buf()),

@@ -31,7 +31,7 @@ use crate::{
     conditions::{CondSpec, merge},
     context::Context,
     error::{Error, Result},
-    notify::{NotificationSubject, notification_key},
+    notify::{NotificationSubject, notification_key, shown_recipient, upgraded_key},
 };
 
 /// Condition type owned by this reconciler.
@@ -56,6 +56,7 @@ pub fn due(
     now: DateTime<Utc>,
 ) -> Due {
     let mut out = Due::default();
+    let sent = upgraded_keys(sent);
     for (index, n) in notifications.iter().enumerate() {
         let key = notification_key(index, n);
         if sent.contains(&key) {
@@ -67,6 +68,17 @@ pub fn due(
         } else {
             let at = notification_due_at(slot, lead);
             out.next = Some(out.next.map_or(at, |d| d.min(at)));
+        }
+    }
+    out
+}
+
+/// `sent` in the current key form (see [`upgraded_key`]), without duplicates.
+fn upgraded_keys(sent: &[String]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::with_capacity(sent.len());
+    for key in sent.iter().map(|k| upgraded_key(k)) {
+        if !out.contains(&key) {
+            out.push(key);
         }
     }
     out
@@ -122,6 +134,9 @@ pub async fn reconcile(b: Arc<Booking>, ctx: Arc<Context>) -> Result<Action> {
         }
     };
     let mut status = current.status.clone().unwrap_or_default();
+    // Keys recorded by earlier versions held a webhook's whole URL: they are read (and written
+    // back) in the current form, which shows only its scheme and host.
+    status.notifications_sent = upgraded_keys(&status.notifications_sent);
     let due = due(
         &b.spec.notifications,
         &status.notifications_sent,
@@ -219,7 +234,7 @@ async fn send_due(
                 let note = format!(
                     "sent the {} notification to {} (booking ends at {})",
                     n.type_,
-                    n.recipient,
+                    shown_recipient(n),
                     format_rfc3339(slot.end)
                 );
                 ctx.events
@@ -228,7 +243,7 @@ async fn send_due(
             }
             Err(e) => {
                 retry |= e.is_transient();
-                let message = format!("{} notification to {}: {e}", n.type_, n.recipient);
+                let message = format!("{} notification to {}: {e}", n.type_, shown_recipient(n));
                 tracing::warn!(error = %e, notification = %key, "notification failed");
                 ctx.events
                     .publish(b, true, "NotificationFailed", "Notify", message.clone())

@@ -117,8 +117,9 @@ pub struct BookingStatus {
     /// True once every notification of the booking has been sent.
     #[serde(default)]
     pub notification_sent: bool,
-    /// Notifications already sent, as `<index>:<type>:<recipient>` keys, so that each is sent
-    /// at most once.
+    /// Notifications already sent, as `<index>:<type>:<recipient>` keys (for a webhook, whose
+    /// URL is a secret, `<index>:webhook:<scheme>://<host>#<digest of the URL>`), so that each is
+    /// sent at most once.
     #[serde(
         rename = "notificationsSent",
         default,

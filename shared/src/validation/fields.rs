@@ -103,10 +103,16 @@ pub(super) fn check_webhook_url(r: &mut Report, field: &str, value: &str) {
         Ok(_) => None,
     };
     if let Some(problem) = problem {
+        // A webhook URL is a secret (Slack-style URLs carry their credential in the path):
+        // a denial, which may be logged or shown in a condition, names only scheme and host.
+        let shown = match url::Url::parse(value) {
+            Ok(u) => format!("{}://{}", u.scheme(), u.host_str().unwrap_or_default()),
+            Err(_) => "<an unparseable URL>".to_owned(),
+        };
         r.deny(
             field,
             format!(
-                "{field}: {value:?} is not valid for a webhook notification: {problem}; give an https URL such as https://hooks.example.com/services/T000/B000"
+                "{field}: {shown:?} is not valid for a webhook notification: {problem}; give an https URL such as https://hooks.example.com/services/T000/B000"
             ),
         );
     }

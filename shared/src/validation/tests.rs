@@ -335,7 +335,7 @@ fn booking_table() {
             policy: Policy::default(),
             denied: Some((
                 "spec.notifications[0].recipient",
-                &["https", "http://hooks.example.com/x"],
+                &["https", "\"http://hooks.example.com\" is not valid"],
             )),
             warnings: 0,
         },
