@@ -90,6 +90,15 @@ pub struct AwsArgs {
         default_value_t = 5
     )]
     pub connect_timeout_seconds: u64,
+    /// Regions Resources and ResourceMonitors may name, comma-separated (e.g.
+    /// `eu-west-1,us-west-2`); any region when unset. A Resource or monitor naming another
+    /// region gets a condition naming it and this list, and no AWS call is made to it.
+    #[arg(long, env = "ALLOWED_REGIONS", value_delimiter = ',')]
+    pub allowed_regions: Vec<String>,
+    /// Consecutive complete listings a monitor's group must be missing from (and no booking
+    /// may hold its Resource) before a pruning monitor deletes its Resource.
+    #[arg(long, env = "PRUNE_AFTER_LISTINGS", default_value_t = 3)]
+    pub prune_after_listings: u32,
 }
 
 impl AwsArgs {
@@ -194,6 +203,22 @@ impl Args {
                 "AWS_ASSUME_ROLE_ARN {arn:?} is not a role ARN (arn:aws:iam::<account>:role/<name>)"
             )));
         }
+        if let Some(bad) = self
+            .aws
+            .allowed_regions
+            .iter()
+            .map(|r| r.trim())
+            .find(|r| !r.is_empty() && !booking_shared::validation::is_region(r))
+        {
+            return Err(ConfigError(format!(
+                "ALLOWED_REGIONS: {bad:?} is not an AWS region name; list regions like eu-west-1,us-west-2"
+            )));
+        }
+        if self.aws.prune_after_listings == 0 {
+            return Err(ConfigError(
+                "--prune-after-listings must be at least 1".into(),
+            ));
+        }
         let l = &self.leader;
         if l.leader_elect
             && (l.lease_renew_seconds == 0 || l.lease_renew_seconds >= l.lease_duration_seconds)
@@ -250,6 +275,22 @@ mod tests {
         assert_eq!(
             parse(&["--namespace", "team-a"]).lease_namespace(),
             "team-a"
+        );
+        assert!(a.aws.allowed_regions.is_empty(), "any region by default");
+        assert_eq!(a.aws.prune_after_listings, 3);
+        let two = parse(&["--allowed-regions", "eu-west-1,us-west-2"]);
+        two.validate().unwrap();
+        assert_eq!(two.aws.allowed_regions, ["eu-west-1", "us-west-2"]);
+        let e = parse(&["--allowed-regions", "eu-west-1,mars"])
+            .validate()
+            .unwrap_err();
+        assert!(e.to_string().contains("\"mars\""), "{e}");
+        let e = parse(&["--aws-attempt-timeout-seconds", "120"])
+            .validate()
+            .unwrap_err();
+        assert!(
+            e.to_string().contains("AWS_ATTEMPT_TIMEOUT_SECONDS (120)"),
+            "{e}"
         );
     }
 }

@@ -24,6 +24,7 @@ use crate::index::BookingIndex;
 use crate::metrics::Metrics;
 use crate::notify::Notifiers;
 use crate::plan::Attempt;
+use crate::regions::AllowedRegions;
 use crate::tags::TagKeys;
 
 /// The field manager of every write of the controller, so that `managedFields` (and Argo CD's
@@ -64,6 +65,10 @@ pub struct Settings {
     pub max_concurrent_writes: usize,
     /// The notification senders.
     pub notifiers: Notifiers,
+    /// The regions Resources and monitors may name.
+    pub allowed_regions: AllowedRegions,
+    /// Consecutive complete listings a group must be missing from before it is pruned.
+    pub prune_after_listings: u32,
 }
 
 /// The caches the reconcilers read, filled by the watches `run` wires.
@@ -95,6 +100,10 @@ pub struct Groups {
     pub targeted_min_interval: chrono::Duration,
     /// Retry policy of failed members.
     pub backoff: Backoff,
+    /// The regions Resources and monitors may name.
+    pub allowed_regions: AllowedRegions,
+    /// Consecutive complete listings a group must be missing from before it is pruned.
+    pub prune_after_listings: u32,
 }
 
 /// Everything the reconcilers use.
@@ -180,6 +189,8 @@ impl Context {
                 targeted: Mutex::default(),
                 targeted_min_interval: settings.targeted_min_interval,
                 backoff: Backoff::default(),
+                allowed_regions: settings.allowed_regions,
+                prune_after_listings: settings.prune_after_listings,
             },
             notifiers: settings.notifiers,
             notification_failures: Mutex::default(),

@@ -23,6 +23,7 @@ use crate::feeds::{Feeds, api};
 use crate::leader::{self, LeaseConfig};
 use crate::metrics::Metrics;
 use crate::reconcile::{self, drive};
+use crate::regions::AllowedRegions;
 use crate::tags::TagKeys;
 
 /// A stream that yields once per change of `rx`.
@@ -107,6 +108,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             .unwrap_or(chrono::Duration::seconds(30)),
         max_concurrent_writes: usize::from(args.kube.max_concurrent_reconciles),
         notifiers,
+        allowed_regions: AllowedRegions::new(&args.aws.allowed_regions),
+        prune_after_listings: args.aws.prune_after_listings,
     };
     let ctx = Context::new(
         client.clone(),

@@ -101,6 +101,8 @@ fn context(c: &Cluster, clock: &TestClock, notifiers: Notifiers) -> Arc<Context>
         targeted_min_interval: chrono::Duration::seconds(30),
         max_concurrent_writes: 0,
         notifiers,
+        allowed_regions: Default::default(),
+        prune_after_listings: 3,
     };
     Context::new(
         c.client.clone(),
