@@ -166,6 +166,10 @@ pub enum NotifyError {
     /// The webhook request failed.
     #[error("webhook: {0}")]
     Webhook(String),
+    /// The recipient could not be read from its Secret (missing, not readable, no such key);
+    /// it may appear later.
+    #[error("recipient: {0}")]
+    Recipient(String),
 }
 
 impl NotifyError {
@@ -174,7 +178,7 @@ impl NotifyError {
     pub fn is_transient(&self) -> bool {
         match self {
             Self::Smtp(e) => !e.is_permanent(),
-            Self::Webhook(_) => true,
+            Self::Webhook(_) | Self::Recipient(_) => true,
             Self::UnknownType(_)
             | Self::EmailNotConfigured
             | Self::BadRecipient { .. }
@@ -555,6 +559,7 @@ mod tests {
             type_: "email".into(),
             recipient: "ann@example.com".into(),
             lead_minutes: None,
+            recipient_from: None,
         };
         let m = Notification {
             recipient: "bob@example.com".into(),
@@ -681,6 +686,7 @@ mod tests {
             type_: "pigeon".into(),
             recipient: "loft-3".into(),
             lead_minutes: None,
+            recipient_from: None,
         };
         let err = n.send(0, &pigeon, &ctx()).await.unwrap_err();
         assert!(matches!(err, NotifyError::UnknownType(ref t) if t == "pigeon"));
@@ -689,6 +695,7 @@ mod tests {
             type_: "email".into(),
             recipient: "ann@example.com".into(),
             lead_minutes: None,
+            recipient_from: None,
         };
         assert!(matches!(
             n.send(0, &email, &ctx()).await.unwrap_err(),
@@ -698,6 +705,7 @@ mod tests {
             type_: "webhook".into(),
             recipient: "http://hooks.example.com/x".into(),
             lead_minutes: None,
+            recipient_from: None,
         };
         assert!(matches!(
             n.send(0, &http, &ctx()).await.unwrap_err(),

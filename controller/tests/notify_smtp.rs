@@ -33,6 +33,7 @@ fn email(to: &str) -> Notification {
         type_: "email".into(),
         recipient: to.into(),
         lead_minutes: None,
+        recipient_from: None,
     }
 }
 

@@ -92,6 +92,7 @@ fn hook(url: String) -> Notification {
         type_: "webhook".into(),
         recipient: url,
         lead_minutes: None,
+        recipient_from: None,
     }
 }
 

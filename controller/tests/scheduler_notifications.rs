@@ -479,6 +479,7 @@ fn email(to: &str) -> Notification {
         type_: "email".into(),
         recipient: to.into(),
         lead_minutes: None,
+        recipient_from: None,
     }
 }
 
@@ -506,12 +507,14 @@ async fn each_notification_is_sent_once_even_across_restarts() {
             email("ann@example.com"),
             Notification {
                 lead_minutes: Some(5),
+                recipient_from: None,
                 ..email("ops@example.com")
             },
             Notification {
                 type_: "pigeon".into(),
                 recipient: "loft-3".into(),
                 lead_minutes: None,
+                recipient_from: None,
             },
         ],
     )

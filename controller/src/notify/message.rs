@@ -108,6 +108,13 @@ pub fn message_id(
 /// URL's SHA-256>`, so a changed URL is a new notification and the status never shows the
 /// URL's path or query.
 pub fn notification_key(index: usize, notification: &Notification) -> String {
+    if let Some(from) = &notification.recipient_from {
+        let secret = &from.secret_key_ref;
+        return format!(
+            "{index}:{}:secret:{}/{}",
+            notification.type_, secret.name, secret.key
+        );
+    }
     match notification.type_.as_str() {
         "webhook" => webhook_key(index, &notification.recipient),
         _ => format!("{index}:{}:{}", notification.type_, notification.recipient),
@@ -126,7 +133,9 @@ fn webhook_key(index: usize, url: &str) -> String {
 pub fn upgraded_key(key: &str) -> String {
     let mut parts = key.splitn(3, ':');
     match (parts.next(), parts.next(), parts.next()) {
-        (Some(index), Some("webhook"), Some(url)) if !is_current_webhook_key(url) => {
+        (Some(index), Some("webhook"), Some(url))
+            if !url.starts_with("secret:") && !is_current_webhook_key(url) =>
+        {
             match index.parse::<usize>() {
                 Ok(index) => webhook_key(index, url),
                 Err(_) => key.to_owned(),
@@ -168,6 +177,10 @@ pub fn redacted_url(url: &str) -> String {
 /// The recipient of a notification as it may be shown: an email address as written, a
 /// webhook's URL as [`redacted_url`] shows it.
 pub fn shown_recipient(notification: &Notification) -> String {
+    if let Some(from) = &notification.recipient_from {
+        let secret = &from.secret_key_ref;
+        return format!("the URL in Secret {}, key {}", secret.name, secret.key);
+    }
     match notification.type_.as_str() {
         "webhook" => redacted_url(&notification.recipient),
         _ => notification.recipient.clone(),
@@ -190,6 +203,7 @@ mod tests {
             type_: "webhook".into(),
             recipient: url.into(),
             lead_minutes: None,
+            recipient_from: None,
         }
     }
 
@@ -220,6 +234,7 @@ mod tests {
             type_: "email".into(),
             recipient: "ann@example.com".into(),
             lead_minutes: None,
+            recipient_from: None,
         };
         assert_eq!(notification_key(0, &email), "0:email:ann@example.com");
         assert_eq!(shown_recipient(&email), "ann@example.com");
@@ -237,5 +252,21 @@ mod tests {
             "0:email:ann@example.com"
         );
         assert_eq!(upgraded_key("garbage"), "garbage");
+        let from = Notification {
+            recipient_from: Some(booking_shared::api::RecipientSource {
+                secret_key_ref: booking_shared::api::SecretKeyRef {
+                    name: "chat-hooks".into(),
+                    key: "url".into(),
+                },
+            }),
+            ..webhook("")
+        };
+        let key = notification_key(3, &from);
+        assert_eq!(key, "3:webhook:secret:chat-hooks/url");
+        assert_eq!(upgraded_key(&key), key);
+        assert_eq!(
+            shown_recipient(&from),
+            "the URL in Secret chat-hooks, key url"
+        );
     }
 }

@@ -19,11 +19,12 @@
 use std::sync::Arc;
 
 use booking_shared::{
-    api::{Booking, BookingPhase, BookingStatus, Notification},
+    api::{Booking, BookingPhase, BookingStatus, Notification, SecretKeyRef},
     scheduling::{lead_time, notification_due_at, notification_should_send},
     time::{Slot, format_rfc3339},
 };
 use chrono::{DateTime, Utc};
+use k8s_openapi::api::core::v1::Secret;
 use kube::{Api, ResourceExt, runtime::controller::Action};
 
 use super::{ns_name, write_status};
@@ -31,7 +32,7 @@ use crate::{
     conditions::{CondSpec, merge},
     context::Context,
     error::{Error, Result},
-    notify::{NotificationSubject, notification_key, shown_recipient, upgraded_key},
+    notify::{NotificationSubject, NotifyError, notification_key, shown_recipient, upgraded_key},
 };
 
 /// Condition type owned by this reconciler.
@@ -228,7 +229,11 @@ async fn send_due(
             end: slot.end,
             now,
         };
-        match ctx.notifiers.send(*index, n, &subject).await {
+        let sent = match resolved(ctx, &subject.namespace, n).await {
+            Ok(n) => ctx.notifiers.send(*index, &n, &subject).await,
+            Err(e) => Err(e),
+        };
+        match sent {
             Ok(()) => {
                 tracing::info!(notification = %key, "sent notification");
                 let note = format!(
@@ -256,6 +261,46 @@ async fn send_due(
         }
     }
     (errors, retry)
+}
+
+/// `n` with its recipient read from the Secret `recipient_from` names (in the booking's
+/// namespace `ns`), or `n` itself when it has none. The Secret's value is never shown.
+async fn resolved<'a>(
+    ctx: &Context,
+    ns: &str,
+    n: &'a Notification,
+) -> Result<std::borrow::Cow<'a, Notification>, NotifyError> {
+    let Some(from) = &n.recipient_from else {
+        return Ok(std::borrow::Cow::Borrowed(n));
+    };
+    let SecretKeyRef { name, key } = &from.secret_key_ref;
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
+    let secret = match secrets.get_opt(name).await {
+        Ok(Some(secret)) => secret,
+        Ok(None) => {
+            return Err(NotifyError::Recipient(format!(
+                "Secret {name} not found in namespace {ns}"
+            )));
+        }
+        Err(kube::Error::Api(e)) if e.code == 403 => {
+            return Err(NotifyError::Recipient(format!(
+                "the controller may not read Secret {name} (it needs get on secrets)"
+            )));
+        }
+        Err(e) => return Err(NotifyError::Recipient(format!("Secret {name}: {e}"))),
+    };
+    let value = secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get(key))
+        .ok_or_else(|| NotifyError::Recipient(format!("Secret {name} has no key {key}")))?;
+    let url = std::str::from_utf8(&value.0)
+        .map_err(|_| NotifyError::Recipient(format!("Secret {name}, key {key} is not text")))?;
+    Ok(std::borrow::Cow::Owned(Notification {
+        recipient: url.trim().to_owned(),
+        recipient_from: None,
+        ..n.clone()
+    }))
 }
 
 /// Writes what the sends changed: the recorded keys, `notification_sent` and this reconciler's

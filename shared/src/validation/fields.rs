@@ -52,6 +52,15 @@ pub(super) fn check_notifications(
     for (i, n) in notifications.iter().enumerate() {
         let at = format!("{path}[{i}]");
         match n.type_.as_str() {
+            "email" if n.recipient_from.is_some() => r.deny(
+                format!("{at}.recipient_from"),
+                format!(
+                    "{at}.recipient_from: only a webhook's URL can come from a Secret; write the email address in {at}.recipient"
+                ),
+            ),
+            "webhook" if n.recipient_from.is_some() => {
+                check_recipient_from(r, &at, n);
+            }
             "email" => {
                 if let Err(e) = email_address::EmailAddress::from_str(&n.recipient) {
                     r.deny(
@@ -89,6 +98,44 @@ pub(super) fn check_notifications(
                 ));
             }
         }
+    }
+}
+
+/// A webhook whose URL comes from a Secret: `recipient` empty, a Secret name and a key.
+fn check_recipient_from(r: &mut Report, at: &str, n: &Notification) {
+    let Some(from) = &n.recipient_from else {
+        return;
+    };
+    if !n.recipient.is_empty() {
+        r.deny(
+            format!("{at}.recipient"),
+            format!("{at}: set recipient or recipient_from, not both; remove {at}.recipient"),
+        );
+    }
+    let secret = &from.secret_key_ref;
+    if !is_object_name(&secret.name) {
+        r.deny(
+            format!("{at}.recipient_from.secret_key_ref.name"),
+            format!(
+                "{at}.recipient_from.secret_key_ref.name: {:?} is not a Secret name (lowercase letters, digits, '-' and '.'); name the Secret that holds the URL",
+                secret.name
+            ),
+        );
+    }
+    let key_ok = !secret.key.is_empty()
+        && secret.key.len() <= 253
+        && secret
+            .key
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-._".contains(&b));
+    if !key_ok {
+        r.deny(
+            format!("{at}.recipient_from.secret_key_ref.key"),
+            format!(
+                "{at}.recipient_from.secret_key_ref.key: {:?} is not a Secret key (letters, digits, '-', '_' and '.'); name the key that holds the URL, e.g. url",
+                secret.key
+            ),
+        );
     }
 }
 
