@@ -284,7 +284,7 @@ async fn resolved<'a>(
         }
         Err(kube::Error::Api(e)) if e.code == 403 => {
             return Err(NotifyError::Recipient(format!(
-                "the controller may not read Secret {name} (it needs get on secrets)"
+                "the controller may not read Secret {name}: grant it get on that Secret (the chart's notificationSecrets, or a Role and RoleBinding as manifests/README.md shows)"
             )));
         }
         Err(e) => return Err(NotifyError::Recipient(format!("Secret {name}: {e}"))),
