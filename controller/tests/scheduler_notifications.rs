@@ -672,3 +672,26 @@ async fn a_failing_smtp_server_yields_a_condition_and_retries_until_it_comes_bac
         .unwrap();
     assert_eq!(failed.status, "False");
 }
+
+/// The error policy of every reconciler (`reconcile::drive`): a failed reconcile is retried
+/// after 1 s doubling to 5 min, counted per object, and a success resets the count.
+#[tokio::test]
+async fn failed_reconciles_back_off_exponentially_per_object() {
+    let c = cluster("backoff").await;
+    let clock = TestClock::new("2099-01-01T10:00:00Z");
+    let ctx = scheduler_ctx(&c, &clock);
+    let secs: Vec<u64> = (0..10)
+        .map(|_| ctx.retry_after_failure("BookingScheduler/ns/a").as_secs())
+        .collect();
+    assert_eq!(secs, [1, 2, 4, 8, 16, 32, 64, 128, 256, 300]);
+    assert_eq!(
+        ctx.retry_after_failure("BookingScheduler/ns/b").as_secs(),
+        1,
+        "another object has its own count"
+    );
+    ctx.reconciled_ok("BookingScheduler/ns/a");
+    assert_eq!(
+        ctx.retry_after_failure("BookingScheduler/ns/a").as_secs(),
+        1
+    );
+}

@@ -296,6 +296,49 @@ async fn a_monitor_prunes_only_after_n_listings_and_never_a_held_resource() {
         }
     })
     .await;
+    // A monitor naming that region: the region is not listed, so nothing is pruned there.
+    monitors
+        .create(
+            &pp,
+            &ResourceMonitor {
+                metadata: ObjectMeta {
+                    name: Some("far".into()),
+                    ..Default::default()
+                },
+                spec: ResourceMonitorSpec {
+                    type_: "ec2".into(),
+                    regions: vec![allowed.into(), OTHER_REGION.into()],
+                    prune: Some(true),
+                },
+                status: None,
+            },
+        )
+        .await
+        .unwrap();
+    wait_for(
+        "the monitor's region refused",
+        Duration::from_secs(20),
+        || async {
+            let s = monitors
+                .get("far")
+                .await
+                .unwrap()
+                .status
+                .unwrap_or_default();
+            match s.conditions.iter().find(|c| c.type_ == "Ready") {
+                Some(c)
+                    if c.status == "False"
+                        && c.message
+                            .contains(&format!("spec.regions[1]: region \"{OTHER_REGION}\""))
+                        && c.message.contains("pruning skipped") =>
+                {
+                    Ok(())
+                }
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
     c.stop().expect("stop");
 }
 
