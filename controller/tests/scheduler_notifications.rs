@@ -695,3 +695,51 @@ async fn failed_reconciles_back_off_exponentially_per_object() {
         1
     );
 }
+
+/// Keys recorded by earlier versions held a webhook's whole URL: they still count as sent (no
+/// second POST) and are rewritten to the form that shows only scheme and host, in a booking
+/// that lasts and in one that has ended.
+#[tokio::test]
+async fn webhook_keys_of_earlier_versions_count_as_sent_and_are_rewritten() {
+    let c = cluster("notify-keys").await;
+    let url = "https://127.0.0.1:9/services/T000/B000/XXXXSECRET";
+    let hook = Notification {
+        type_: "webhook".into(),
+        recipient: url.into(),
+        lead_minutes: Some(60),
+        recipient_from: None,
+    };
+    let api: Api<Booking> = Api::namespaced(c.client.clone(), &c.ns);
+    for name in ["lasting", "ended"] {
+        create_booking(&c, name, vec![hook.clone()]).await;
+        api.patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(
+                serde_json::json!({"status": {"notificationsSent": [format!("0:webhook:{url}")]}}),
+            ),
+        )
+        .await
+        .unwrap();
+    }
+    let clock = TestClock::new("2099-01-01T10:30:00Z");
+    let ctx = notification_ctx(&c, &clock, &SmtpSettings::default());
+    let want = booking_controller::notify::notification_key(0, &hook);
+    assert!(!want.contains("SECRET"), "{want}");
+    reconcile_notifications(&c, &ctx, "lasting").await;
+    clock.set("2099-01-01T11:30:00Z");
+    reconcile_notifications(&c, &ctx, "ended").await;
+    for name in ["lasting", "ended"] {
+        let status = api.get(name).await.unwrap().status.unwrap();
+        assert_eq!(status.notifications_sent, [want.clone()], "{name}");
+        // Nothing was sent to the (unreachable) URL: no failure recorded.
+        assert!(
+            !status
+                .conditions
+                .iter()
+                .any(|c| c.type_ == "NotificationFailed" && c.status == "True"),
+            "{name}: {:?}",
+            status.conditions
+        );
+    }
+}

@@ -106,6 +106,16 @@ pub async fn reconcile(b: Arc<Booking>, ctx: Arc<Context>) -> Result<Action> {
     let now = ctx.now();
     if now >= slot.end {
         forget_failures(&ctx, &uid);
+        // Nothing is sent any more, but keys of earlier versions (a webhook's whole URL) are
+        // still rewritten, so that no status keeps a URL.
+        let upgraded = upgraded_keys(&status.notifications_sent);
+        if upgraded != status.notifications_sent {
+            let status = BookingStatus {
+                notifications_sent: upgraded,
+                ..status
+            };
+            write_status(&ctx, b.as_ref(), &status, None).await?;
+        }
         return Ok(Action::await_change());
     }
     // While backing off after a failure, other events (status patches) do not trigger retries.
