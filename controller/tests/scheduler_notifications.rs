@@ -731,7 +731,11 @@ async fn webhook_keys_of_earlier_versions_count_as_sent_and_are_rewritten() {
     reconcile_notifications(&c, &ctx, "ended").await;
     for name in ["lasting", "ended"] {
         let status = api.get(name).await.unwrap().status.unwrap();
-        assert_eq!(status.notifications_sent, [want.clone()], "{name}");
+        assert_eq!(
+            status.notifications_sent,
+            std::slice::from_ref(&want),
+            "{name}"
+        );
         // Nothing was sent to the (unreachable) URL: no failure recorded.
         assert!(
             !status
