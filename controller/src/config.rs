@@ -68,6 +68,51 @@ pub struct AwsArgs {
     /// SDK attempts per call, including the first.
     #[arg(long, env = "AWS_MAX_ATTEMPTS", default_value_t = 5)]
     pub max_attempts: u32,
+    /// Seconds one AWS call may take in all, its retries and their backoff included.
+    #[arg(
+        long = "aws-operation-timeout-seconds",
+        env = "AWS_OPERATION_TIMEOUT_SECONDS",
+        default_value_t = 60
+    )]
+    pub operation_timeout_seconds: u64,
+    /// Seconds one attempt of an AWS call may take (connect, send, read the answer); a stalled
+    /// attempt is abandoned then and retried like a transport error.
+    #[arg(
+        long = "aws-attempt-timeout-seconds",
+        env = "AWS_ATTEMPT_TIMEOUT_SECONDS",
+        default_value_t = 15
+    )]
+    pub attempt_timeout_seconds: u64,
+    /// Seconds to establish a connection to an AWS endpoint.
+    #[arg(
+        long = "aws-connect-timeout-seconds",
+        env = "AWS_CONNECT_TIMEOUT_SECONDS",
+        default_value_t = 5
+    )]
+    pub connect_timeout_seconds: u64,
+    /// Regions Resources and ResourceMonitors may name, comma-separated (e.g.
+    /// `eu-west-1,us-west-2`); any region when unset. A Resource or monitor naming another
+    /// region gets a condition naming it and this list, and no AWS call is made to it.
+    #[arg(long, env = "ALLOWED_REGIONS", value_delimiter = ',')]
+    pub allowed_regions: Vec<String>,
+    /// Consecutive complete listings a monitor's group must be missing from (and no booking
+    /// may hold its Resource) before a pruning monitor deletes its Resource.
+    #[arg(long, env = "PRUNE_AFTER_LISTINGS", default_value_t = 3)]
+    pub prune_after_listings: u32,
+}
+
+impl AwsArgs {
+    /// The SDK's timeouts of every call: operation, attempt, connect and read (the read
+    /// timeout is the attempt's).
+    pub fn timeouts(&self) -> aws_config::timeout::TimeoutConfig {
+        let attempt = Duration::from_secs(self.attempt_timeout_seconds);
+        aws_config::timeout::TimeoutConfig::builder()
+            .operation_timeout(Duration::from_secs(self.operation_timeout_seconds))
+            .operation_attempt_timeout(attempt)
+            .connect_timeout(Duration::from_secs(self.connect_timeout_seconds))
+            .read_timeout(attempt)
+            .build()
+    }
 }
 
 /// The AWS SDK's retry modes.
@@ -145,12 +190,39 @@ impl Args {
         if self.aws.max_attempts == 0 {
             return Err(ConfigError("--aws-max-attempts must be at least 1".into()));
         }
+        let a = &self.aws;
+        if a.attempt_timeout_seconds == 0
+            || a.connect_timeout_seconds == 0
+            || a.connect_timeout_seconds > a.attempt_timeout_seconds
+            || a.attempt_timeout_seconds > a.operation_timeout_seconds
+        {
+            return Err(ConfigError(format!(
+                "AWS timeouts must satisfy 1 <= AWS_CONNECT_TIMEOUT_SECONDS ({}) <= AWS_ATTEMPT_TIMEOUT_SECONDS ({}) <= AWS_OPERATION_TIMEOUT_SECONDS ({})",
+                a.connect_timeout_seconds, a.attempt_timeout_seconds, a.operation_timeout_seconds
+            )));
+        }
         if let Some(arn) = &self.aws.assume_role_arn
             && !(arn.starts_with("arn:") && arn.contains(":role/"))
         {
             return Err(ConfigError(format!(
                 "AWS_ASSUME_ROLE_ARN {arn:?} is not a role ARN (arn:aws:iam::<account>:role/<name>)"
             )));
+        }
+        if let Some(bad) = self
+            .aws
+            .allowed_regions
+            .iter()
+            .map(|r| r.trim())
+            .find(|r| !r.is_empty() && !booking_shared::validation::is_region(r))
+        {
+            return Err(ConfigError(format!(
+                "ALLOWED_REGIONS: {bad:?} is not an AWS region name; list regions like eu-west-1,us-west-2"
+            )));
+        }
+        if self.aws.prune_after_listings == 0 {
+            return Err(ConfigError(
+                "--prune-after-listings must be at least 1".into(),
+            ));
         }
         let l = &self.leader;
         let deadline = self.lease_renew_deadline().as_secs();
@@ -222,6 +294,22 @@ mod tests {
         assert_eq!(
             parse(&["--namespace", "team-a"]).lease_namespace(),
             "team-a"
+        );
+        assert!(a.aws.allowed_regions.is_empty(), "any region by default");
+        assert_eq!(a.aws.prune_after_listings, 3);
+        let two = parse(&["--allowed-regions", "eu-west-1,us-west-2"]);
+        two.validate().unwrap();
+        assert_eq!(two.aws.allowed_regions, ["eu-west-1", "us-west-2"]);
+        let e = parse(&["--allowed-regions", "eu-west-1,mars"])
+            .validate()
+            .unwrap_err();
+        assert!(e.to_string().contains("\"mars\""), "{e}");
+        let e = parse(&["--aws-attempt-timeout-seconds", "120"])
+            .validate()
+            .unwrap_err();
+        assert!(
+            e.to_string().contains("AWS_ATTEMPT_TIMEOUT_SECONDS (120)"),
+            "{e}"
         );
     }
 

@@ -26,6 +26,7 @@ use crate::leader::Leadership;
 use crate::metrics::Metrics;
 use crate::notify::Notifiers;
 use crate::plan::Attempt;
+use crate::regions::AllowedRegions;
 use crate::tags::TagKeys;
 
 /// The field manager of every write of the controller, so that `managedFields` (and Argo CD's
@@ -68,6 +69,10 @@ pub struct Settings {
     pub notifiers: Notifiers,
     /// This replica's leadership, checked before every AWS write.
     pub leadership: Leadership,
+    /// The regions Resources and monitors may name.
+    pub allowed_regions: AllowedRegions,
+    /// Consecutive complete listings a group must be missing from before it is pruned.
+    pub prune_after_listings: u32,
 }
 
 /// The caches the reconcilers read, filled by the watches `run` wires.
@@ -99,6 +104,10 @@ pub struct Groups {
     pub targeted_min_interval: chrono::Duration,
     /// Retry policy of failed members.
     pub backoff: Backoff,
+    /// The regions Resources and monitors may name.
+    pub allowed_regions: AllowedRegions,
+    /// Consecutive complete listings a group must be missing from before it is pruned.
+    pub prune_after_listings: u32,
 }
 
 /// Everything the reconcilers use.
@@ -185,6 +194,8 @@ impl Context {
                 targeted: Mutex::default(),
                 targeted_min_interval: settings.targeted_min_interval,
                 backoff: Backoff::default(),
+                allowed_regions: settings.allowed_regions,
+                prune_after_listings: settings.prune_after_listings,
             },
             notifiers: settings.notifiers,
             notification_failures: Mutex::default(),

@@ -22,6 +22,7 @@ pub mod model;
 pub mod notify;
 pub mod plan;
 pub mod reconcile;
+pub mod regions;
 pub mod run;
 pub mod tags;
 pub mod triggers;

@@ -11,10 +11,13 @@ use std::{path::PathBuf, sync::Arc, time::Duration as StdDuration};
 
 mod message;
 
-pub use message::{NotificationSubject, Rendered, message_id, notification_key, render};
+pub use message::{
+    NotificationSubject, Rendered, message_id, notification_key, redacted_url, render,
+    shown_recipient, upgraded_key,
+};
 
 use booking_shared::{api::Notification, time::format_rfc3339};
-use http_body_util::{BodyExt, Full};
+use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Bytes;
 use hyper_util::{client::legacy::Client, rt::TokioExecutor};
 use lettre::{
@@ -38,8 +41,13 @@ pub enum SmtpSecurity {
     None,
 }
 
+/// Most bytes of a webhook's answer that are read (the start of an error's explanation); the
+/// rest is never read, so an endless or huge answer costs neither memory nor time.
+pub const MAX_WEBHOOK_ANSWER: usize = 4096;
+
 /// SMTP settings, read once at start-up (`SMTP_HOST`, `SMTP_PORT`, … as the original documents).
-#[derive(Debug, Clone, clap::Args)]
+/// Its `Debug` never shows the password.
+#[derive(Clone, clap::Args)]
 pub struct SmtpSettings {
     /// SMTP server host name; email notifications are disabled when unset.
     #[arg(long = "smtp-host", env = "SMTP_HOST")]
@@ -53,6 +61,10 @@ pub struct SmtpSettings {
     /// SMTP password.
     #[arg(long = "smtp-password", env = "SMTP_PASSWORD", hide_env_values = true)]
     pub password: Option<String>,
+    /// File holding the SMTP password (e.g. a mounted Secret's key), read once at start-up;
+    /// one trailing newline is ignored. Instead of `SMTP_PASSWORD`.
+    #[arg(long = "smtp-password-file", env = "SMTP_PASSWORD_FILE")]
+    pub password_file: Option<PathBuf>,
     /// Sender address of notification emails, e.g. `Resource booking <booking@example.com>`.
     #[arg(long = "smtp-sender", env = "SMTP_SENDER")]
     pub sender: Option<String>,
@@ -77,9 +89,51 @@ impl Default for SmtpSettings {
             port: 587,
             username: None,
             password: None,
+            password_file: None,
             sender: None,
             security: SmtpSecurity::Starttls,
             ca_file: None,
+        }
+    }
+}
+
+impl std::fmt::Debug for SmtpSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SmtpSettings")
+            .field("host", &self.host)
+            .field("port", &self.port)
+            .field("username", &self.username)
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .field("password_file", &self.password_file)
+            .field("sender", &self.sender)
+            .field("security", &self.security)
+            .field("ca_file", &self.ca_file)
+            .finish()
+    }
+}
+
+impl SmtpSettings {
+    /// The password: `SMTP_PASSWORD`, or the content of `SMTP_PASSWORD_FILE` without its
+    /// trailing newline.
+    fn resolved_password(&self) -> Result<Option<String>, NotifyConfigError> {
+        match (&self.password, &self.password_file) {
+            (Some(_), Some(_)) => Err(invalid(
+                "SMTP_PASSWORD_FILE",
+                "is set together with SMTP_PASSWORD; set only one of them".into(),
+            )),
+            (Some(p), None) => Ok(Some(p.clone())),
+            (None, Some(path)) => {
+                let text = std::fs::read_to_string(path).map_err(|e| {
+                    invalid(
+                        "SMTP_PASSWORD_FILE",
+                        format!("cannot read {}: {e}", path.display()),
+                    )
+                })?;
+                let text = text.strip_suffix('\n').unwrap_or(&text);
+                let text = text.strip_suffix('\r').unwrap_or(text);
+                Ok(Some(text.to_owned()))
+            }
+            (None, None) => Ok(None),
         }
     }
 }
@@ -112,6 +166,10 @@ pub enum NotifyError {
     /// The webhook request failed.
     #[error("webhook: {0}")]
     Webhook(String),
+    /// The recipient could not be read from its Secret (missing, not readable, no such key);
+    /// it may appear later.
+    #[error("recipient: {0}")]
+    Recipient(String),
 }
 
 impl NotifyError {
@@ -120,7 +178,7 @@ impl NotifyError {
     pub fn is_transient(&self) -> bool {
         match self {
             Self::Smtp(e) => !e.is_permanent(),
-            Self::Webhook(_) => true,
+            Self::Webhook(_) | Self::Recipient(_) => true,
             Self::UnknownType(_)
             | Self::EmailNotConfigured
             | Self::BadRecipient { .. }
@@ -199,7 +257,7 @@ impl EmailSender {
             SmtpSecurity::Tls => builder.tls(Tls::Wrapper(smtp_tls(smtp, host)?)),
             SmtpSecurity::None => builder.tls(Tls::None),
         };
-        match (&smtp.username, &smtp.password) {
+        match (&smtp.username, &smtp.resolved_password()?) {
             (Some(_), _) if smtp.security == SmtpSecurity::None => {
                 return Err(invalid(
                     "SMTP_SECURITY",
@@ -214,7 +272,7 @@ impl EmailSender {
             (Some(_), None) => {
                 return Err(invalid(
                     "SMTP_PASSWORD",
-                    "is required with SMTP_USERNAME".into(),
+                    "(or SMTP_PASSWORD_FILE) is required with SMTP_USERNAME".into(),
                 ));
             }
             (None, _) => {}
@@ -363,14 +421,14 @@ impl Notifiers {
                 .map_err(
                     |e: hyper::http::uri::InvalidUri| NotifyError::BadRecipient {
                         kind: "webhook",
-                        recipient: notification.recipient.clone(),
+                        recipient: redacted_url(&notification.recipient),
                         reason: e.to_string(),
                     },
                 )?;
         if uri.scheme_str() != Some("https") {
             return Err(NotifyError::BadRecipient {
                 kind: "webhook",
-                recipient: notification.recipient.clone(),
+                recipient: redacted_url(&notification.recipient),
                 reason: "only https URLs are allowed".into(),
             });
         }
@@ -392,26 +450,42 @@ impl Notifiers {
             )
             .body(Full::new(Bytes::from(body.to_string())))
             .map_err(|e| NotifyError::Webhook(e.to_string()))?;
-        let response = tokio::time::timeout(self.timeout, self.http.request(request))
-            .await
-            .map_err(|_| NotifyError::Webhook(format!("no answer within {:?}", self.timeout)))?
-            .map_err(|e| NotifyError::Webhook(e.to_string()))?;
-        let status = response.status();
-        if status.is_success() {
-            return Ok(());
-        }
-        let body = response
-            .into_body()
-            .collect()
-            .await
-            .map(|b| {
-                String::from_utf8_lossy(&b.to_bytes())
+        // The whole exchange, the answer's body included, runs under the timeout; at most
+        // MAX_WEBHOOK_ANSWER bytes of an error's body are read, a success's body not at all.
+        let exchange = async {
+            let response = self
+                .http
+                .request(request)
+                .await
+                .map_err(|e| NotifyError::Webhook(e.to_string()))?;
+            let status = response.status();
+            if status.is_success() {
+                return Ok(None);
+            }
+            let text = match Limited::new(response.into_body(), MAX_WEBHOOK_ANSWER)
+                .collect()
+                .await
+            {
+                Ok(b) => String::from_utf8_lossy(&b.to_bytes())
                     .chars()
                     .take(200)
-                    .collect::<String>()
-            })
-            .unwrap_or_default();
-        Err(NotifyError::Webhook(format!("HTTP {status}: {body}")))
+                    .collect::<String>(),
+                Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+                    format!("(an answer longer than {MAX_WEBHOOK_ANSWER} bytes, not read)")
+                }
+                Err(e) => format!("(the answer broke off: {e})"),
+            };
+            Ok(Some(format!("HTTP {status}: {text}")))
+        };
+        match tokio::time::timeout(self.timeout, exchange).await {
+            Err(_) => Err(NotifyError::Webhook(format!(
+                "no complete answer within {:?}",
+                self.timeout
+            ))),
+            Ok(Err(e)) => Err(e),
+            Ok(Ok(None)) => Ok(()),
+            Ok(Ok(Some(failure))) => Err(NotifyError::Webhook(failure)),
+        }
     }
 }
 
@@ -485,6 +559,7 @@ mod tests {
             type_: "email".into(),
             recipient: "ann@example.com".into(),
             lead_minutes: None,
+            recipient_from: None,
         };
         let m = Notification {
             recipient: "bob@example.com".into(),
@@ -499,6 +574,54 @@ mod tests {
             a.starts_with("<booking-") && a.ends_with("@example.com>"),
             "{a}"
         );
+    }
+
+    #[test]
+    fn no_settings_type_prints_the_smtp_password() {
+        let args = <crate::config::Args as clap::Parser>::try_parse_from([
+            "booking-controller",
+            "--smtp-host",
+            "smtp.example.com",
+            "--smtp-username",
+            "booking",
+            "--smtp-password",
+            "hunter2-very-secret",
+        ])
+        .unwrap();
+        for shown in [
+            format!("{args:?}"),
+            format!("{:?}", args.smtp),
+            format!("{:#?}", args),
+        ] {
+            assert!(!shown.contains("hunter2"), "{shown}");
+            assert!(shown.contains("<redacted>"), "{shown}");
+            assert!(shown.contains("smtp.example.com"), "{shown}");
+        }
+    }
+
+    #[test]
+    fn the_smtp_password_can_come_from_a_mounted_file() {
+        let dir = std::env::temp_dir().join(format!("smtp-password-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("password");
+        std::fs::write(&path, "from-the-file\n").unwrap();
+        let mut smtp = SmtpSettings {
+            password_file: Some(path.clone()),
+            ..SmtpSettings::default()
+        };
+        assert_eq!(
+            smtp.resolved_password().unwrap().as_deref(),
+            Some("from-the-file")
+        );
+        assert!(!format!("{smtp:?}").contains("from-the-file"));
+        smtp.password = Some("also".into());
+        let e = smtp.resolved_password().unwrap_err().to_string();
+        assert!(e.starts_with("SMTP_PASSWORD_FILE"), "{e}");
+        smtp.password = None;
+        smtp.password_file = Some(dir.join("missing"));
+        let e = smtp.resolved_password().unwrap_err().to_string();
+        assert!(e.contains("cannot read") && e.contains("missing"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[tokio::test]
@@ -563,6 +686,7 @@ mod tests {
             type_: "pigeon".into(),
             recipient: "loft-3".into(),
             lead_minutes: None,
+            recipient_from: None,
         };
         let err = n.send(0, &pigeon, &ctx()).await.unwrap_err();
         assert!(matches!(err, NotifyError::UnknownType(ref t) if t == "pigeon"));
@@ -571,6 +695,7 @@ mod tests {
             type_: "email".into(),
             recipient: "ann@example.com".into(),
             lead_minutes: None,
+            recipient_from: None,
         };
         assert!(matches!(
             n.send(0, &email, &ctx()).await.unwrap_err(),
@@ -580,6 +705,7 @@ mod tests {
             type_: "webhook".into(),
             recipient: "http://hooks.example.com/x".into(),
             lead_minutes: None,
+            recipient_from: None,
         };
         assert!(matches!(
             n.send(0, &http, &ctx()).await.unwrap_err(),

@@ -23,6 +23,7 @@ use crate::feeds::{Feeds, api};
 use crate::leader::{Elector, Leadership, LeaseConfig};
 use crate::metrics::Metrics;
 use crate::reconcile::{self, drive};
+use crate::regions::AllowedRegions;
 use crate::tags::TagKeys;
 
 /// A stream that yields once per change of `rx`.
@@ -73,6 +74,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         args.aws.assume_role_arn.as_deref(),
         args.aws.retry_mode == RetryMode::Adaptive,
         args.aws.max_attempts,
+        args.aws.timeouts(),
     )
     .await;
     let default_region = sdk.region().map(|r| r.to_string()).context(
@@ -107,6 +109,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         max_concurrent_writes: usize::from(args.kube.max_concurrent_reconciles),
         notifiers,
         leadership,
+        allowed_regions: AllowedRegions::new(&args.aws.allowed_regions),
+        prune_after_listings: args.aws.prune_after_listings,
     };
     let ctx = Context::new(
         client.clone(),

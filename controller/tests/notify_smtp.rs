@@ -33,6 +33,7 @@ fn email(to: &str) -> Notification {
         type_: "email".into(),
         recipient: to.into(),
         lead_minutes: None,
+        recipient_from: None,
     }
 }
 
@@ -54,6 +55,7 @@ fn settings(server: &SmtpServer, ca: &TestCa, user: Option<(&str, &str)>) -> Smt
         port: server.port(),
         username: user.map(|(u, _)| u.to_owned()),
         password: user.map(|(_, p)| p.to_owned()),
+        password_file: None,
         sender: Some("Resource booking <booking@example.com>".into()),
         security: SmtpSecurity::Starttls,
         ca_file: Some(ca.cert_path().to_path_buf()),
@@ -210,4 +212,48 @@ async fn an_unreachable_server_is_a_transient_error() {
         .await
         .unwrap_err();
     assert!(err.is_transient(), "{err}");
+}
+
+/// The password from a mounted file (`SMTP_PASSWORD_FILE`, e.g. a Secret volume whose file ends
+/// with a newline) authenticates against the real server; a wrong one in the file is refused.
+#[tokio::test]
+async fn the_password_from_a_mounted_file_authenticates() {
+    let s = setup("notify-password-file");
+    let cert =
+        s.ca.issue_server_cert("smtp", &["localhost", "127.0.0.1"])
+            .unwrap();
+    let server = SmtpServer::start(
+        &s.dir,
+        SmtpOptions::default()
+            .require_auth("booker", "s3cret")
+            .require_starttls(&cert),
+    )
+    .await
+    .unwrap();
+    let file = s.dir.join("smtp-password");
+    std::fs::write(&file, "s3cret\n").unwrap();
+    let from_file = SmtpSettings {
+        password: None,
+        password_file: Some(file.clone()),
+        ..settings(&server, &s.ca, Some(("booker", "unused")))
+    };
+    assert!(!format!("{from_file:?}").contains("s3cret"));
+    let notifiers = Notifiers::new(&from_file, &[]).unwrap();
+    notifiers
+        .send(0, &email("ann@example.com"), &ctx())
+        .await
+        .expect("sent with the file's password");
+    server
+        .wait_for_messages(1, Duration::from_secs(10))
+        .await
+        .unwrap();
+
+    std::fs::write(&file, "wrong\n").unwrap();
+    let notifiers = Notifiers::new(&from_file, &[]).unwrap();
+    let err = notifiers
+        .send(1, &email("ann@example.com"), &ctx())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, NotifyError::Smtp(_)), "{err}");
+    assert!(!err.to_string().contains("wrong"), "{err}");
 }

@@ -60,6 +60,8 @@ struct Cluster {
     client: kube::Client,
     /// The test's own namespace on the shared control plane.
     ns: String,
+    /// The admin kubeconfig of the shared control plane.
+    kubeconfig: std::path::PathBuf,
 }
 
 /// The run's shared control plane (`booking-control-plane run -- …`), the shipped CRDs applied
@@ -73,6 +75,7 @@ async fn cluster(label: &str) -> Cluster {
     Cluster {
         client: cluster.client().await.expect("client"),
         ns: cluster.namespace().to_owned(),
+        kubeconfig: cluster.kubeconfig_path().to_path_buf(),
     }
 }
 
@@ -99,6 +102,8 @@ fn context(c: &Cluster, clock: &TestClock, notifiers: Notifiers) -> Arc<Context>
         max_concurrent_writes: 0,
         notifiers,
         leadership: booking_controller::leader::Leadership::unfenced(),
+        allowed_regions: Default::default(),
+        prune_after_listings: 3,
     };
     Context::new(
         c.client.clone(),
@@ -271,6 +276,108 @@ async fn a_per_minute_scheduler_creates_one_booking_per_fire_on_the_fire_time() 
     assert_eq!(ready.reason, "MissedFire", "{ready:?}");
 }
 
+/// Through the harness's API proxy in front of the real API server: a fire whose booking create
+/// is answered 429, 500 or 401 stays pending and is retried (each failed reconcile goes back to
+/// `reconcile::drive`'s per-object backoff) until the booking exists; a 422 (a validation or
+/// webhook refusal) is recorded once as refused and not retried.
+#[tokio::test]
+async fn only_400_403_and_422_refuse_a_fire_for_good() {
+    use booking_harness::kube_proxy::{KubeFault, KubeProxy, Method, Upstream};
+    let c = cluster("sched-faults").await;
+    let dir = TestDir::new("sched-faults").unwrap();
+    let proxy = KubeProxy::start(&dir, &Upstream::from_kubeconfig(&c.kubeconfig).unwrap())
+        .await
+        .expect("API proxy");
+    // kube's client itself retries 429, 503 and 504 up to 15 times (its default retry layer);
+    // without that layer, each injected answer reaches the reconciler, as one that outlasts
+    // those retries (or a 500 or 401, which the client never retries) does.
+    let kubeconfig = kube::config::Kubeconfig::read_from(proxy.kubeconfig_path()).unwrap();
+    let mut config = kube::Config::from_custom_kubeconfig(
+        kubeconfig,
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await
+    .unwrap();
+    config.default_retry = false;
+    let through_proxy = Cluster {
+        client: kube::Client::try_from(config).expect("a client through the proxy"),
+        ns: c.ns.clone(),
+        kubeconfig: proxy.kubeconfig_path().to_path_buf(),
+    };
+    create_scheduler(
+        &c,
+        "hourly",
+        serde_json::json!({"schedule": "0 * * * *", "duration": 30, "bookingTemplate": {"resource_name": "ec2.analytics", "user_id": "ann"}}),
+    )
+    .await;
+    let clock = TestClock::new("2099-01-01T10:00:00.250Z");
+    let ctx = scheduler_ctx(&through_proxy, &clock);
+    let sched: Api<BookingScheduler> = Api::namespaced(c.client.clone(), &c.ns);
+    let creates = |path: &str| {
+        proxy
+            .requests()
+            .iter()
+            .filter(|r| r.method == Method::POST && r.path.contains(path))
+            .count()
+    };
+    let path = format!("/namespaces/{}/bookings", c.ns);
+    for status in [429, 500, 401] {
+        proxy.inject(KubeFault::new(Method::POST, &path, status));
+        let obj = sched.get("hourly").await.unwrap();
+        let r = scheduler::reconcile(Arc::new(obj), ctx.clone()).await;
+        assert!(
+            r.is_err(),
+            "HTTP {status} fails the reconcile, to be retried: {r:?}"
+        );
+        assert!(bookings(&c).await.is_empty());
+        let status_now = sched
+            .get("hourly")
+            .await
+            .unwrap()
+            .status
+            .unwrap_or_default();
+        assert_eq!(status_now.last_fire_time, None, "the fire is still pending");
+    }
+    clock.set("2099-01-01T10:00:09Z");
+    reconcile_scheduler(&through_proxy, &ctx, "hourly").await;
+    let names: Vec<_> = bookings(&c).await.iter().map(|b| b.name_any()).collect();
+    assert_eq!(
+        names,
+        ["hourly-209901011000"],
+        "the fire's booking, created late"
+    );
+    assert_eq!(creates(&path), 4);
+
+    // The next fire is refused by validation (422): recorded once, never retried.
+    proxy.inject(
+        KubeFault::new(Method::POST, &path, 422)
+            .message("admission webhook denied the request: overlaps"),
+    );
+    clock.set("2099-01-01T11:00:00.100Z");
+    reconcile_scheduler(&through_proxy, &ctx, "hourly").await;
+    clock.set("2099-01-01T11:00:30Z");
+    reconcile_scheduler(&through_proxy, &ctx, "hourly").await;
+    reconcile_scheduler(&through_proxy, &ctx, "hourly").await;
+    assert_eq!(creates(&path), 5, "one create for the refused fire");
+    assert_eq!(bookings(&c).await.len(), 1);
+    let status = sched.get("hourly").await.unwrap().status.unwrap();
+    assert_eq!(
+        status.last_fire_time.as_deref(),
+        Some("2099-01-01T11:00:00Z")
+    );
+    let ready = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .unwrap();
+    assert_eq!(
+        (ready.status.as_str(), ready.reason.as_str()),
+        ("False", "BookingRefused"),
+        "{ready:?}"
+    );
+    assert!(ready.message.contains("overlaps"), "{}", ready.message);
+}
+
 #[tokio::test]
 async fn history_limit_and_invalid_schedules() {
     let c = cluster("hist").await;
@@ -323,6 +430,7 @@ fn smtp_settings(port: u16, ca: &TestCa) -> SmtpSettings {
         port,
         username: Some("booker".into()),
         password: Some("s3cret".into()),
+        password_file: None,
         sender: Some("booking@example.com".into()),
         security: SmtpSecurity::Starttls,
         ca_file: Some(ca.cert_path().to_path_buf()),
@@ -372,6 +480,7 @@ fn email(to: &str) -> Notification {
         type_: "email".into(),
         recipient: to.into(),
         lead_minutes: None,
+        recipient_from: None,
     }
 }
 
@@ -399,12 +508,14 @@ async fn each_notification_is_sent_once_even_across_restarts() {
             email("ann@example.com"),
             Notification {
                 lead_minutes: Some(5),
+                recipient_from: None,
                 ..email("ops@example.com")
             },
             Notification {
                 type_: "pigeon".into(),
                 recipient: "loft-3".into(),
                 lead_minutes: None,
+                recipient_from: None,
             },
         ],
     )
@@ -561,4 +672,79 @@ async fn a_failing_smtp_server_yields_a_condition_and_retries_until_it_comes_bac
         .find(|c| c.type_ == "NotificationFailed")
         .unwrap();
     assert_eq!(failed.status, "False");
+}
+
+/// The error policy of every reconciler (`reconcile::drive`): a failed reconcile is retried
+/// after 1 s doubling to 5 min, counted per object, and a success resets the count.
+#[tokio::test]
+async fn failed_reconciles_back_off_exponentially_per_object() {
+    let c = cluster("backoff").await;
+    let clock = TestClock::new("2099-01-01T10:00:00Z");
+    let ctx = scheduler_ctx(&c, &clock);
+    let secs: Vec<u64> = (0..10)
+        .map(|_| ctx.retry_after_failure("BookingScheduler/ns/a").as_secs())
+        .collect();
+    assert_eq!(secs, [1, 2, 4, 8, 16, 32, 64, 128, 256, 300]);
+    assert_eq!(
+        ctx.retry_after_failure("BookingScheduler/ns/b").as_secs(),
+        1,
+        "another object has its own count"
+    );
+    ctx.reconciled_ok("BookingScheduler/ns/a");
+    assert_eq!(
+        ctx.retry_after_failure("BookingScheduler/ns/a").as_secs(),
+        1
+    );
+}
+
+/// Keys recorded by earlier versions held a webhook's whole URL: they still count as sent (no
+/// second POST) and are rewritten to the form that shows only scheme and host, in a booking
+/// that lasts and in one that has ended.
+#[tokio::test]
+async fn webhook_keys_of_earlier_versions_count_as_sent_and_are_rewritten() {
+    let c = cluster("notify-keys").await;
+    let url = "https://127.0.0.1:9/services/T000/B000/XXXXSECRET";
+    let hook = Notification {
+        type_: "webhook".into(),
+        recipient: url.into(),
+        lead_minutes: Some(60),
+        recipient_from: None,
+    };
+    let api: Api<Booking> = Api::namespaced(c.client.clone(), &c.ns);
+    for name in ["lasting", "ended"] {
+        create_booking(&c, name, vec![hook.clone()]).await;
+        api.patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(
+                serde_json::json!({"status": {"notificationsSent": [format!("0:webhook:{url}")]}}),
+            ),
+        )
+        .await
+        .unwrap();
+    }
+    let clock = TestClock::new("2099-01-01T10:30:00Z");
+    let ctx = notification_ctx(&c, &clock, &SmtpSettings::default());
+    let want = booking_controller::notify::notification_key(0, &hook);
+    assert!(!want.contains("SECRET"), "{want}");
+    reconcile_notifications(&c, &ctx, "lasting").await;
+    clock.set("2099-01-01T11:30:00Z");
+    reconcile_notifications(&c, &ctx, "ended").await;
+    for name in ["lasting", "ended"] {
+        let status = api.get(name).await.unwrap().status.unwrap();
+        assert_eq!(
+            status.notifications_sent,
+            std::slice::from_ref(&want),
+            "{name}"
+        );
+        // Nothing was sent to the (unreachable) URL: no failure recorded.
+        assert!(
+            !status
+                .conditions
+                .iter()
+                .any(|c| c.type_ == "NotificationFailed" && c.status == "True"),
+            "{name}: {:?}",
+            status.conditions
+        );
+    }
 }

@@ -3,8 +3,11 @@
 //! EC2 starts and stops are coalesced across Resources of the same region into batched
 //! StartInstances/StopInstances calls of up to 1,000 IDs gathered over a short window (AWS
 //! throttles StartInstances per account and region at a burst of 5 and 2 per second, so 1,000
-//! bookings starting together must not mean 1,000 requests). A failed batch is retried member by
-//! member, so one failing member never blocks the others. Stopping with hibernation falls back to
+//! bookings starting together must not mean 1,000 requests). A batch refused because of one of its
+//! members (an unknown ID, a member in the wrong state) is retried member by member, so one
+//! failing member never blocks the others; a batch that failed as a whole (throttling, a server
+//! or transport error, a timeout — after the SDK's own retries) fails for every member, which
+//! the plan retries together, in one batch again, after its backoff. Stopping with hibernation falls back to
 //! a plain stop when AWS says the instance cannot hibernate. RDS has no batch calls: one call per
 //! DB instance.
 
@@ -124,8 +127,8 @@ impl Executor {
         }
     }
 
-    /// Writes `tags` on the targets (EC2: one CreateTags per 1,000 IDs, retried per member on
-    /// failure; RDS: AddTagsToResource per DB instance).
+    /// Writes `tags` on the targets (EC2: one CreateTags per 1,000 IDs, retried per member when
+    /// the error names a member; RDS: AddTagsToResource per DB instance).
     pub async fn tag(
         &self,
         kind: ProviderType,
@@ -140,7 +143,9 @@ impl Executor {
                     let ids: Vec<String> = chunk.iter().map(|t| t.id.clone()).collect();
                     match self.ec2.create_tags(region, &ids, tags).await {
                         Ok(()) => out.extend(ids.into_iter().map(|id| (id, Ok(())))),
-                        Err(e) if ids.len() == 1 => out.push((ids[0].clone(), Err(e))),
+                        Err(e) if ids.len() == 1 || !e.names_a_member() => {
+                            out.extend(ids.into_iter().map(|id| (id, Err(e.clone()))));
+                        }
                         Err(_) => {
                             for id in ids {
                                 let r = self
@@ -257,9 +262,14 @@ async fn execute_batch(ec2: &dyn Ec2Api, region: &str, op: BatchOp, reqs: Vec<Ba
     let whole = call(ec2, region, op, &ids).await;
     let outcomes: Vec<(String, AwsResult<()>)> = match whole {
         Ok(()) => ids.into_iter().map(|id| (id, Ok(()))).collect(),
-        Err(e) if ids.len() == 1 => vec![(ids[0].clone(), Err(e))],
+        Err(e) if ids.len() == 1 || !e.names_a_member() => {
+            if ids.len() > 1 {
+                tracing::warn!(code = %e.code, members = ids.len(), "batch failed; retried whole after backoff");
+            }
+            ids.into_iter().map(|id| (id, Err(e.clone()))).collect()
+        }
         Err(e) => {
-            tracing::debug!(code = %e.code, members = ids.len(), "batch failed; retrying member by member");
+            tracing::debug!(code = %e.code, members = ids.len(), "a member of the batch failed; retrying member by member");
             let mut out = Vec::with_capacity(ids.len());
             for id in ids {
                 let r = call(ec2, region, op, std::slice::from_ref(&id)).await;

@@ -29,6 +29,12 @@ impl FakeEc2 {
                 "The instance 'i-bad' is not in a state from which it can be started.",
             ));
         }
+        if ids.iter().any(|i| i == "i-throttled") {
+            return Err(AwsError::new(
+                "RequestLimitExceeded",
+                "Request limit exceeded.",
+            ));
+        }
         if hibernate && ids.iter().any(|i| i == "i-nohib") {
             return Err(AwsError::new(
                 "UnsupportedHibernationConfiguration",
@@ -159,4 +165,38 @@ async fn hibernation_falls_back_to_a_plain_stop() {
         "plain stop after the refusal: {calls:?}"
     );
     assert!(calls.contains(&("stop".to_string(), vec!["i-ok".to_string()], true)));
+}
+
+#[tokio::test]
+async fn a_throttled_batch_fails_whole_and_is_not_split_per_member() {
+    let ec2 = Arc::new(FakeEc2::default());
+    let exec = Executor::new(ec2.clone(), Arc::new(NoRds), Duration::from_millis(10));
+    let members = vec![
+        "i-a".to_string(),
+        "i-throttled".to_string(),
+        "i-b".to_string(),
+    ];
+    let out = exec.start(ProviderType::Ec2, "eu-west-1", &members).await;
+    assert!(
+        out.iter()
+            .all(|(_, r)| r.as_ref().is_err_and(|e| e.code == "RequestLimitExceeded")),
+        "{out:?}"
+    );
+    // One call with every member, none per member.
+    let calls = ec2.calls();
+    assert_eq!(calls.len(), 1, "{calls:?}");
+    assert_eq!(calls[0].1.len(), 3);
+    let tags = [("k".to_string(), "v".to_string())];
+    let targets: Vec<Target> = members
+        .iter()
+        .map(|id| Target {
+            id: id.clone(),
+            arn: None,
+        })
+        .collect();
+    let out = exec
+        .tag(ProviderType::Ec2, "eu-west-1", &targets, &tags)
+        .await;
+    assert!(out.iter().all(|(_, r)| r.is_err()), "{out:?}");
+    assert_eq!(ec2.calls().len(), 2, "one CreateTags, not one per member");
 }

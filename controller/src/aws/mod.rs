@@ -53,6 +53,24 @@ impl AwsError {
         )
     }
 
+    /// Whether the error is about a member of the call rather than the call itself: an unknown
+    /// or malformed ID, a member in a state the action does not allow, or one that cannot
+    /// hibernate. Only then is a failed batch split, to find the member and let the others go
+    /// through. Throttling, server and transport errors (the SDK has already retried them with
+    /// backoff) fail the whole batch, which is retried whole by the plan's backoff: splitting it
+    /// would multiply the calls exactly when AWS asks for fewer.
+    pub fn names_a_member(&self) -> bool {
+        self.code.starts_with("InvalidInstanceID")
+            || matches!(
+                self.code.as_str(),
+                "IncorrectInstanceState"
+                    | "IncorrectState"
+                    | "UnsupportedInstanceType"
+                    | "InsufficientInstanceCapacity"
+            )
+            || self.is_hibernation_unsupported()
+    }
+
     /// Whether AWS refused hibernation for the instance, so a plain stop should be tried.
     pub fn is_hibernation_unsupported(&self) -> bool {
         matches!(

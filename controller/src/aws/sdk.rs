@@ -59,12 +59,15 @@ where
 }
 
 /// Loads the shared SDK configuration: the standard credentials chain (env, profile, IRSA web
-/// identity), the given retry mode, and — when `assume_role_arn` is set — credentials of that
-/// role, used by EC2 *and* RDS. `AWS_ENDPOINT_URL` is honoured by aws-config itself.
+/// identity), the given retry mode (throttling, 5xx and transport errors — timeouts included —
+/// retried with exponential backoff and jitter, the whole call each time), `timeouts` on every
+/// call, and — when `assume_role_arn` is set — credentials of that role, used by EC2 *and* RDS.
+/// `AWS_ENDPOINT_URL` is honoured by aws-config itself.
 pub async fn load_config(
     assume_role_arn: Option<&str>,
     adaptive_retries: bool,
     max_attempts: u32,
+    timeouts: aws_config::timeout::TimeoutConfig,
 ) -> SdkConfig {
     let retry = if adaptive_retries {
         aws_config::retry::RetryConfig::adaptive()
@@ -74,6 +77,7 @@ pub async fn load_config(
     .with_max_attempts(max_attempts);
     let base = aws_config::defaults(aws_config::BehaviorVersion::latest())
         .retry_config(retry.clone())
+        .timeout_config(timeouts.clone())
         .load()
         .await;
     match assume_role_arn {
@@ -86,6 +90,7 @@ pub async fn load_config(
                 .await;
             aws_config::defaults(aws_config::BehaviorVersion::latest())
                 .retry_config(retry)
+                .timeout_config(timeouts)
                 .credentials_provider(provider)
                 .load()
                 .await

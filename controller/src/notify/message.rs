@@ -102,9 +102,89 @@ pub fn message_id(
     format!("<booking-{digest}@{domain}>")
 }
 
-/// Stable key identifying a notification of a booking in its status.
+/// Stable key identifying a notification of a booking in its status: `<index>:<type>:<recipient>`
+/// for an email; for a webhook, whose URL is a secret (a Slack-style URL carries its
+/// credential in its path), `<index>:webhook:<scheme>://<host>#<first 16 hex digits of the
+/// URL's SHA-256>`, so a changed URL is a new notification and the status never shows the
+/// URL's path or query.
 pub fn notification_key(index: usize, notification: &Notification) -> String {
-    format!("{index}:{}:{}", notification.type_, notification.recipient)
+    if let Some(from) = &notification.recipient_from {
+        let secret = &from.secret_key_ref;
+        return format!(
+            "{index}:{}:secret:{}/{}",
+            notification.type_, secret.name, secret.key
+        );
+    }
+    match notification.type_.as_str() {
+        "webhook" => webhook_key(index, &notification.recipient),
+        _ => format!("{index}:{}:{}", notification.type_, notification.recipient),
+    }
+}
+
+fn webhook_key(index: usize, url: &str) -> String {
+    let digest = hex::encode(&Sha256::digest(url.as_bytes())[..8]);
+    format!("{index}:webhook:{}#{digest}", redacted_url(url))
+}
+
+/// A key as recorded in `status.notificationsSent`, in the current form: a webhook's key
+/// recorded by earlier versions (`<index>:webhook:<the whole URL>`) becomes the key
+/// [`notification_key`] gives that notification now, so nothing is sent twice and the status
+/// written next holds no URL. Every other key is returned as is.
+pub fn upgraded_key(key: &str) -> String {
+    let mut parts = key.splitn(3, ':');
+    match (parts.next(), parts.next(), parts.next()) {
+        (Some(index), Some("webhook"), Some(url))
+            if !url.starts_with("secret:") && !is_current_webhook_key(url) =>
+        {
+            match index.parse::<usize>() {
+                Ok(index) => webhook_key(index, url),
+                Err(_) => key.to_owned(),
+            }
+        }
+        _ => key.to_owned(),
+    }
+}
+
+/// Whether the part of a webhook key after `<index>:webhook:` is `<scheme>://<host>#<16 hex>`.
+fn is_current_webhook_key(rest: &str) -> bool {
+    let Some((url, digest)) = rest.rsplit_once('#') else {
+        return false;
+    };
+    digest.len() == 16
+        && digest.bytes().all(|b| b.is_ascii_hexdigit())
+        && url
+            .split_once("://")
+            .is_some_and(|(_, host)| !host.contains(['/', '?', '#']))
+}
+
+/// What may be shown of a webhook URL (in Events, conditions, logs and status): its scheme and
+/// host (with the port), never its path or query, which carry the credential of Slack-style
+/// incoming webhooks. `<an unparseable URL>` when it is not a URL.
+pub fn redacted_url(url: &str) -> String {
+    match url.parse::<hyper::Uri>() {
+        Ok(uri) => match (uri.scheme_str(), uri.authority()) {
+            (Some(scheme), Some(authority)) => {
+                // Credentials in the authority (`user:pass@host`) are not shown either.
+                let host = authority.as_str().rsplit('@').next().unwrap_or_default();
+                format!("{scheme}://{host}")
+            }
+            _ => "<a URL without scheme or host>".to_owned(),
+        },
+        Err(_) => "<an unparseable URL>".to_owned(),
+    }
+}
+
+/// The recipient of a notification as it may be shown: an email address as written, a
+/// webhook's URL as [`redacted_url`] shows it.
+pub fn shown_recipient(notification: &Notification) -> String {
+    if let Some(from) = &notification.recipient_from {
+        let secret = &from.secret_key_ref;
+        return format!("the URL in Secret {}, key {}", secret.name, secret.key);
+    }
+    match notification.type_.as_str() {
+        "webhook" => redacted_url(&notification.recipient),
+        _ => notification.recipient.clone(),
+    }
 }
 
 fn html_escape(s: &str) -> String {
@@ -112,4 +192,81 @@ fn html_escape(s: &str) -> String {
         .replace('<', "&lt;")
         .replace('>', "&gt;")
         .replace('"', "&quot;")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn webhook(url: &str) -> Notification {
+        Notification {
+            type_: "webhook".into(),
+            recipient: url.into(),
+            lead_minutes: None,
+            recipient_from: None,
+        }
+    }
+
+    #[test]
+    fn webhook_keys_and_shown_recipients_hold_only_scheme_and_host() {
+        let url = "https://hooks.slack.com/services/T0001/B0001/XXXXSECRET?token=abc";
+        let n = webhook(url);
+        let key = notification_key(2, &n);
+        assert!(
+            key.starts_with("2:webhook:https://hooks.slack.com#"),
+            "{key}"
+        );
+        assert!(!key.contains("services") && !key.contains("SECRET") && !key.contains("token"));
+        assert_ne!(
+            key,
+            notification_key(
+                2,
+                &webhook("https://hooks.slack.com/services/T0001/B0001/OTHER")
+            )
+        );
+        assert_eq!(shown_recipient(&n), "https://hooks.slack.com");
+        assert_eq!(
+            redacted_url("https://user:pw@chat.example.com:8443/hook/x?y=z"),
+            "https://chat.example.com:8443"
+        );
+        assert_eq!(redacted_url("not a url"), "<an unparseable URL>");
+        let email = Notification {
+            type_: "email".into(),
+            recipient: "ann@example.com".into(),
+            lead_minutes: None,
+            recipient_from: None,
+        };
+        assert_eq!(notification_key(0, &email), "0:email:ann@example.com");
+        assert_eq!(shown_recipient(&email), "ann@example.com");
+    }
+
+    #[test]
+    fn keys_stored_by_earlier_versions_are_upgraded_once() {
+        let url = "https://hooks.slack.com/services/T0001/B0001/XXXXSECRET";
+        let legacy = format!("1:webhook:{url}");
+        let current = notification_key(1, &webhook(url));
+        assert_eq!(upgraded_key(&legacy), current);
+        assert_eq!(upgraded_key(&current), current, "idempotent");
+        assert_eq!(
+            upgraded_key("0:email:ann@example.com"),
+            "0:email:ann@example.com"
+        );
+        assert_eq!(upgraded_key("garbage"), "garbage");
+        let from = Notification {
+            recipient_from: Some(booking_shared::api::RecipientSource {
+                secret_key_ref: booking_shared::api::SecretKeyRef {
+                    name: "chat-hooks".into(),
+                    key: "url".into(),
+                },
+            }),
+            ..webhook("")
+        };
+        let key = notification_key(3, &from);
+        assert_eq!(key, "3:webhook:secret:chat-hooks/url");
+        assert_eq!(upgraded_key(&key), key);
+        assert_eq!(
+            shown_recipient(&from),
+            "the URL in Secret chat-hooks, key url"
+        );
+    }
 }

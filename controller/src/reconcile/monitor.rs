@@ -18,6 +18,7 @@ use chrono::{DateTime, Utc};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ObjectMeta};
 use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
 
 use super::{ns_name, write_status};
 use crate::conditions::{CondSpec, merge};
@@ -81,8 +82,18 @@ pub struct Decision {
     pub status: ResourceMonitorStatus,
 }
 
+/// When a pruning monitor may delete a Resource it created.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Pruning {
+    /// Consecutive complete listings the group must be missing from.
+    pub after_listings: u32,
+    /// The Resources a booking that has not ended holds: never pruned.
+    pub held: BTreeSet<String>,
+}
+
 /// The monitor's creations, deletions and status from `scan`, given the names of the Resources of
 /// its namespace (`existing`) and those it created (`owned`). Pure.
+#[allow(clippy::too_many_arguments)]
 pub fn decide(
     m: &ResourceMonitor,
     provider: ProviderType,
@@ -90,6 +101,7 @@ pub fn decide(
     existing: &BTreeSet<String>,
     owned: &BTreeSet<String>,
     default_region: &str,
+    pruning: &Pruning,
     now: DateTime<Utc>,
 ) -> Decision {
     let explicit_regions = !m.spec.regions.is_empty();
@@ -116,14 +128,15 @@ pub fn decide(
             }
         }
     }
-    let mut delete = Vec::new();
-    if m.spec.prune.unwrap_or(false) {
-        if scan.complete {
-            delete = owned.difference(&seen).cloned().collect();
-        } else {
+    let old = m.status.clone().unwrap_or_default();
+    let (delete, missing_listings) = if m.spec.prune.unwrap_or(false) {
+        if !scan.complete {
             problems.push("pruning skipped: not every listing completed".to_owned());
         }
-    }
+        prune(&old, scan, owned, &seen, pruning)
+    } else {
+        (Vec::new(), Default::default())
+    };
     groups.sort();
     groups.dedup();
     let ready = if problems.is_empty() {
@@ -136,7 +149,6 @@ pub fn decide(
     } else {
         CondSpec::new("Ready", false, "ScanProblems", &problems.join("; "))
     };
-    let old = m.status.clone().unwrap_or_default();
     Decision {
         create,
         delete,
@@ -145,8 +157,43 @@ pub fn decide(
             last_scan_time: scan.oldest.map(format_rfc3339),
             conditions: merge(&old.conditions, &[ready], m.metadata.generation, now),
             observed_generation: m.metadata.generation,
+            missing_listings,
         },
     }
+}
+
+/// The Resources to prune and the new missing counts: a Resource the monitor created (`owned`)
+/// whose group is not `seen` counts one more listing each time a complete listing newer than
+/// the last counted one (`old.lastScanTime`) misses it; a group seen again starts over. It is
+/// pruned once its count reaches `pruning.after_listings`, on a complete listing, and when no
+/// booking holds it. Pure.
+fn prune(
+    old: &ResourceMonitorStatus,
+    scan: &Scan,
+    owned: &BTreeSet<String>,
+    seen: &BTreeSet<String>,
+    pruning: &Pruning,
+) -> (Vec<String>, std::collections::BTreeMap<String, u32>) {
+    let last_counted = old
+        .last_scan_time
+        .as_deref()
+        .and_then(|t| booking_shared::time::parse_rfc3339("status.lastScanTime", t).ok());
+    let new_listing = scan.complete
+        && scan
+            .oldest
+            .is_some_and(|t| last_counted.is_none_or(|last| t > last));
+    let mut delete = Vec::new();
+    let mut missing = std::collections::BTreeMap::new();
+    for name in owned.difference(seen) {
+        let before = old.missing_listings.get(name).copied().unwrap_or(0);
+        let count = if new_listing { before + 1 } else { before };
+        if scan.complete && count >= pruning.after_listings && !pruning.held.contains(name) {
+            delete.push(name.clone());
+        } else if count > 0 {
+            missing.insert(name.clone(), count);
+        }
+    }
+    (delete, missing)
 }
 
 /// Reads the inventory of `provider` in each region of the monitor.
@@ -160,7 +207,18 @@ async fn scan(ctx: &Context, m: &ResourceMonitor, provider: ProviderType) -> Sca
         complete: true,
         ..Scan::default()
     };
-    for region in regions {
+    for (i, region) in regions.into_iter().enumerate() {
+        // A region outside the operator's allow-list is never listed, so nothing is pruned.
+        let field = if m.spec.regions.is_empty() {
+            "the controller's region".to_owned()
+        } else {
+            format!("spec.regions[{i}]")
+        };
+        if let Err(message) = ctx.groups.allowed_regions.check(&field, &region) {
+            out.complete = false;
+            out.problems.push(message);
+            continue;
+        }
         let key = InventoryKey {
             kind: provider,
             region: region.clone(),
@@ -228,6 +286,14 @@ pub async fn reconcile(m: Arc<ResourceMonitor>, ctx: Arc<Context>) -> Result<Act
         .filter(|r| r.labels().get(MONITOR_LABEL) == Some(&name))
         .map(|r| r.name_any())
         .collect();
+    if m.spec.prune.unwrap_or(false) {
+        // Which bookings hold a Resource is known only once the Booking cache is filled.
+        ctx.caches_ready().await;
+    }
+    let pruning = Pruning {
+        after_listings: ctx.groups.prune_after_listings,
+        held: held(&ctx, &ns, &owned, now),
+    };
     let decision = decide(
         &m,
         provider,
@@ -235,6 +301,7 @@ pub async fn reconcile(m: Arc<ResourceMonitor>, ctx: Arc<Context>) -> Result<Act
         &existing,
         &owned,
         &ctx.groups.default_region,
+        &pruning,
         now,
     );
     let resources: Api<Resource> = Api::namespaced(ctx.client.clone(), &ns);
@@ -267,6 +334,22 @@ pub async fn reconcile(m: Arc<ResourceMonitor>, ctx: Arc<Context>) -> Result<Act
     }
     write_status(&ctx, m.as_ref(), &decision.status, None).await?;
     Ok(Action::await_change())
+}
+
+/// The Resources among `names` (of namespace `ns`) a booking that has not ended holds, by the
+/// booking index.
+fn held(ctx: &Context, ns: &str, names: &BTreeSet<String>, now: DateTime<Utc>) -> BTreeSet<String> {
+    names
+        .iter()
+        .filter(|name| {
+            ctx.caches
+                .index
+                .views_of(&ObjectRef::new(name.as_str()).within(ns))
+                .iter()
+                .any(|b| !b.deleting && b.slot.as_ref().map_or(true, |s| s.end > now))
+        })
+        .cloned()
+        .collect()
 }
 
 /// The Resource monitor `m` creates for a group.
@@ -347,6 +430,14 @@ mod tests {
         )
     }
 
+    /// Prunes at the first listing that misses a group (the old behaviour), nothing held.
+    fn once() -> Pruning {
+        Pruning {
+            after_listings: 1,
+            held: BTreeSet::new(),
+        }
+    }
+
     fn names(v: &[&str]) -> BTreeSet<String> {
         v.iter().map(|s| s.to_string()).collect()
     }
@@ -372,6 +463,7 @@ mod tests {
             &existing,
             &owned,
             "eu-west-1",
+            &once(),
             now,
         );
         assert_eq!(d.create, [("ec2.b".into(), "b".into(), "eu-west-1".into())]);
@@ -395,6 +487,7 @@ mod tests {
             &existing,
             &owned,
             "eu-west-1",
+            &once(),
             now,
         );
         assert!(d.delete.is_empty());
@@ -406,8 +499,117 @@ mod tests {
             &existing,
             &owned,
             "eu-west-1",
+            &once(),
             now,
         );
         assert!(d.delete.is_empty());
+    }
+
+    #[test]
+    fn a_group_is_pruned_after_n_consecutive_complete_listings_and_never_while_held() {
+        let t = |s: &str| booking_shared::time::parse_rfc3339("t", s).unwrap();
+        let mut owned = names(&["ec2.a", "ec2.gone", "ec2.held"]);
+        let scan_at = |at: &str, complete: bool, tags: &[&str]| Scan {
+            groups: vec![(
+                "eu-west-1".into(),
+                tags.iter().map(|s| s.to_string()).collect(),
+            )],
+            complete,
+            problems: vec![],
+            oldest: Some(t(at)),
+        };
+        let three = Pruning {
+            after_listings: 3,
+            held: names(&["ec2.held"]),
+        };
+        let mut m = monitor(true);
+        // (listing time, complete, groups seen, pruned, missing counts after it)
+        type Row<'a> = (
+            &'a str,
+            bool,
+            &'a [&'a str],
+            &'a [&'a str],
+            &'a [(&'a str, u32)],
+        );
+        let table: &[Row] = &[
+            (
+                "2031-01-10T10:00:00Z",
+                true,
+                &["a"],
+                &[],
+                &[("ec2.gone", 1), ("ec2.held", 1)],
+            ),
+            // The same listing again (another reconcile): not counted twice.
+            (
+                "2031-01-10T10:00:00Z",
+                true,
+                &["a"],
+                &[],
+                &[("ec2.gone", 1), ("ec2.held", 1)],
+            ),
+            // An incomplete listing proves nothing: counts kept, nothing pruned.
+            (
+                "2031-01-10T10:00:30Z",
+                false,
+                &[],
+                &[],
+                &[("ec2.gone", 1), ("ec2.held", 1)],
+            ),
+            (
+                "2031-01-10T10:01:00Z",
+                true,
+                &["a"],
+                &[],
+                &[("ec2.gone", 2), ("ec2.held", 2)],
+            ),
+            // The third complete listing: pruned, but not the Resource a booking holds.
+            (
+                "2031-01-10T10:02:00Z",
+                true,
+                &["a"],
+                &["ec2.gone"],
+                &[("ec2.held", 3)],
+            ),
+            // A group seen again starts over.
+            ("2031-01-10T10:03:00Z", true, &["a", "held"], &[], &[]),
+        ];
+        for (i, (at, complete, seen, pruned, counts)) in table.iter().enumerate() {
+            let d = decide(
+                &m,
+                ProviderType::Ec2,
+                &scan_at(at, *complete, seen),
+                &owned,
+                &owned,
+                "eu-west-1",
+                &three,
+                t(at),
+            );
+            assert_eq!(d.delete, *pruned, "row {i}");
+            for gone in &d.delete {
+                owned.remove(gone);
+            }
+            let want: std::collections::BTreeMap<String, u32> =
+                counts.iter().map(|(k, v)| (k.to_string(), *v)).collect();
+            assert_eq!(d.status.missing_listings, want, "row {i}");
+            m.status = Some(d.status);
+        }
+        // Without a booking the held one goes at its next complete miss.
+        let free = Pruning {
+            held: BTreeSet::new(),
+            ..three
+        };
+        let mut m = monitor(true);
+        m.status.get_or_insert_default().missing_listings = [("ec2.held".to_string(), 2)].into();
+        let d = decide(
+            &m,
+            ProviderType::Ec2,
+            &scan_at("2031-01-10T11:00:00Z", true, &["a"]),
+            &owned,
+            &owned,
+            "eu-west-1",
+            &free,
+            t("2031-01-10T11:00:00Z"),
+        );
+        assert_eq!(d.delete, ["ec2.held"]);
     }
 }

@@ -19,11 +19,12 @@
 use std::sync::Arc;
 
 use booking_shared::{
-    api::{Booking, BookingPhase, BookingStatus, Notification},
+    api::{Booking, BookingPhase, BookingStatus, Notification, SecretKeyRef},
     scheduling::{lead_time, notification_due_at, notification_should_send},
     time::{Slot, format_rfc3339},
 };
 use chrono::{DateTime, Utc};
+use k8s_openapi::api::core::v1::Secret;
 use kube::{Api, ResourceExt, runtime::controller::Action};
 
 use super::{ns_name, write_status};
@@ -31,7 +32,7 @@ use crate::{
     conditions::{CondSpec, merge},
     context::Context,
     error::{Error, Result},
-    notify::{NotificationSubject, notification_key},
+    notify::{NotificationSubject, NotifyError, notification_key, shown_recipient, upgraded_key},
 };
 
 /// Condition type owned by this reconciler.
@@ -56,6 +57,7 @@ pub fn due(
     now: DateTime<Utc>,
 ) -> Due {
     let mut out = Due::default();
+    let sent = upgraded_keys(sent);
     for (index, n) in notifications.iter().enumerate() {
         let key = notification_key(index, n);
         if sent.contains(&key) {
@@ -67,6 +69,17 @@ pub fn due(
         } else {
             let at = notification_due_at(slot, lead);
             out.next = Some(out.next.map_or(at, |d| d.min(at)));
+        }
+    }
+    out
+}
+
+/// `sent` in the current key form (see [`upgraded_key`]), without duplicates.
+fn upgraded_keys(sent: &[String]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::with_capacity(sent.len());
+    for key in sent.iter().map(|k| upgraded_key(k)) {
+        if !out.contains(&key) {
+            out.push(key);
         }
     }
     out
@@ -93,6 +106,16 @@ pub async fn reconcile(b: Arc<Booking>, ctx: Arc<Context>) -> Result<Action> {
     let now = ctx.now();
     if now >= slot.end {
         forget_failures(&ctx, &uid);
+        // Nothing is sent any more, but keys of earlier versions (a webhook's whole URL) are
+        // still rewritten, so that no status keeps a URL.
+        let upgraded = upgraded_keys(&status.notifications_sent);
+        if upgraded != status.notifications_sent {
+            let status = BookingStatus {
+                notifications_sent: upgraded,
+                ..status
+            };
+            write_status(&ctx, b.as_ref(), &status, None).await?;
+        }
         return Ok(Action::await_change());
     }
     // While backing off after a failure, other events (status patches) do not trigger retries.
@@ -122,6 +145,9 @@ pub async fn reconcile(b: Arc<Booking>, ctx: Arc<Context>) -> Result<Action> {
         }
     };
     let mut status = current.status.clone().unwrap_or_default();
+    // Keys recorded by earlier versions held a webhook's whole URL: they are read (and written
+    // back) in the current form, which shows only its scheme and host.
+    status.notifications_sent = upgraded_keys(&status.notifications_sent);
     let due = due(
         &b.spec.notifications,
         &status.notifications_sent,
@@ -213,13 +239,17 @@ async fn send_due(
             end: slot.end,
             now,
         };
-        match ctx.notifiers.send(*index, n, &subject).await {
+        let sent = match resolved(ctx, &subject.namespace, n).await {
+            Ok(n) => ctx.notifiers.send(*index, &n, &subject).await,
+            Err(e) => Err(e),
+        };
+        match sent {
             Ok(()) => {
                 tracing::info!(notification = %key, "sent notification");
                 let note = format!(
                     "sent the {} notification to {} (booking ends at {})",
                     n.type_,
-                    n.recipient,
+                    shown_recipient(n),
                     format_rfc3339(slot.end)
                 );
                 ctx.events
@@ -228,7 +258,7 @@ async fn send_due(
             }
             Err(e) => {
                 retry |= e.is_transient();
-                let message = format!("{} notification to {}: {e}", n.type_, n.recipient);
+                let message = format!("{} notification to {}: {e}", n.type_, shown_recipient(n));
                 tracing::warn!(error = %e, notification = %key, "notification failed");
                 ctx.events
                     .publish(b, true, "NotificationFailed", "Notify", message.clone())
@@ -241,6 +271,46 @@ async fn send_due(
         }
     }
     (errors, retry)
+}
+
+/// `n` with its recipient read from the Secret `recipient_from` names (in the booking's
+/// namespace `ns`), or `n` itself when it has none. The Secret's value is never shown.
+async fn resolved<'a>(
+    ctx: &Context,
+    ns: &str,
+    n: &'a Notification,
+) -> Result<std::borrow::Cow<'a, Notification>, NotifyError> {
+    let Some(from) = &n.recipient_from else {
+        return Ok(std::borrow::Cow::Borrowed(n));
+    };
+    let SecretKeyRef { name, key } = &from.secret_key_ref;
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
+    let secret = match secrets.get_opt(name).await {
+        Ok(Some(secret)) => secret,
+        Ok(None) => {
+            return Err(NotifyError::Recipient(format!(
+                "Secret {name} not found in namespace {ns}"
+            )));
+        }
+        Err(kube::Error::Api(e)) if e.code == 403 => {
+            return Err(NotifyError::Recipient(format!(
+                "the controller may not read Secret {name}: grant it get on that Secret (the chart's notificationSecrets, or a Role and RoleBinding as manifests/README.md shows)"
+            )));
+        }
+        Err(e) => return Err(NotifyError::Recipient(format!("Secret {name}: {e}"))),
+    };
+    let value = secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get(key))
+        .ok_or_else(|| NotifyError::Recipient(format!("Secret {name} has no key {key}")))?;
+    let url = std::str::from_utf8(&value.0)
+        .map_err(|_| NotifyError::Recipient(format!("Secret {name}, key {key} is not text")))?;
+    Ok(std::borrow::Cow::Owned(Notification {
+        recipient: url.trim().to_owned(),
+        recipient_from: None,
+        ..n.clone()
+    }))
 }
 
 /// Writes what the sends changed: the recorded keys, `notification_sent` and this reconciler's

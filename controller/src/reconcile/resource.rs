@@ -46,6 +46,12 @@ pub async fn reconcile(res: Arc<Resource>, ctx: Arc<Context>) -> Result<Action> 
         .clone()
         .filter(|r| !r.is_empty())
         .unwrap_or_else(|| ctx.groups.default_region.clone());
+    // A region outside the operator's allow-list is never called.
+    if let Err(message) = ctx.groups.allowed_regions.check("spec.region", &region) {
+        let status = refused_spec_status(&res, "RegionNotAllowed", &message, ctx.now());
+        write_status(&ctx, res.as_ref(), &status, None).await?;
+        return Ok(Action::await_change());
+    }
     let key = InventoryKey {
         kind: provider,
         region: region.clone(),
@@ -119,24 +125,30 @@ pub async fn reconcile(res: Arc<Resource>, ctx: Arc<Context>) -> Result<Action> 
 
 /// The status of a Resource whose `spec.type` names no provider type. Pure.
 pub fn invalid_type_status(res: &Resource, now: DateTime<Utc>) -> ResourceStatus {
+    refused_spec_status(
+        res,
+        "InvalidSpec",
+        &unsupported_type_message("spec.type", &res.spec.type_),
+        now,
+    )
+}
+
+/// The status of a Resource whose spec cannot be acted on (`reason`, `message`): Ready and
+/// Synced false, nothing observed. Pure.
+pub fn refused_spec_status(
+    res: &Resource,
+    reason: &str,
+    message: &str,
+    now: DateTime<Utc>,
+) -> ResourceStatus {
     let old = res
         .status
         .as_ref()
         .map(|s| s.conditions.as_slice())
         .unwrap_or(&[]);
     let conditions = [
-        CondSpec::new(
-            "Ready",
-            false,
-            "InvalidSpec",
-            &unsupported_type_message("spec.type", &res.spec.type_),
-        ),
-        CondSpec::new(
-            "Synced",
-            false,
-            "InvalidSpec",
-            "nothing is observed for an unsupported type",
-        ),
+        CondSpec::new("Ready", false, reason, message),
+        CondSpec::new("Synced", false, reason, "nothing is observed for this spec"),
     ];
     ResourceStatus {
         conditions: merge(old, &conditions, res.metadata.generation, now),

@@ -185,9 +185,11 @@ async fn create_booking(
                 "waiting for the next fire time",
             ))
         }
-        // Refused by admission (e.g. it overlaps another booking): retrying cannot help, so
-        // the fire is recorded as handled and the reason is shown.
-        Err(kube::Error::Api(e)) if (400..500).contains(&e.code) => {
+        // Refused for good (e.g. admission says it overlaps another booking): retrying cannot
+        // help, so the fire is recorded as handled and the reason is shown. Anything else
+        // (throttling, a server or transport failure, an expired credential) fails the
+        // reconcile, which is retried with the per-object backoff; the fire stays pending.
+        Err(kube::Error::Api(e)) if refusal_is_permanent(e.code) => {
             let message = format!(
                 "booking {booking_name} for the fire at {at} was refused: {}",
                 e.message
@@ -205,6 +207,15 @@ async fn create_booking(
         }
         Err(e) => Err(e.into()),
     }
+}
+
+/// Whether an API server answer of HTTP `code` to a booking create refuses the fire for good:
+/// 400 (malformed), 403 (forbidden, or denied by an admission webhook) and 422 (invalid, e.g.
+/// the validating webhook's overlap refusal). Every other code — 429 (throttled), 5xx, 401 (a
+/// credential being rotated), 404/409 of a namespace being created — may pass, so the fire is
+/// retried with backoff.
+pub fn refusal_is_permanent(code: u16) -> bool {
+    matches!(code, 400 | 403 | 422)
 }
 
 /// Deletes the oldest FINISHED bookings of a scheduler beyond `keep`.
@@ -240,4 +251,30 @@ async fn prune_history(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::refusal_is_permanent;
+
+    #[test]
+    fn only_400_403_and_422_refuse_a_fire_for_good() {
+        let table = [
+            (400, true),
+            (401, false),
+            (403, true),
+            (404, false),
+            (408, false),
+            (409, false),
+            (422, true),
+            (429, false),
+            (500, false),
+            (502, false),
+            (503, false),
+            (504, false),
+        ];
+        for (code, permanent) in table {
+            assert_eq!(refusal_is_permanent(code), permanent, "HTTP {code}");
+        }
+    }
 }

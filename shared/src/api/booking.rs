@@ -60,8 +60,15 @@ pub struct Notification {
     /// `https` URL that receives a JSON POST, e.g. a Slack incoming webhook).
     #[serde(rename = "type")]
     pub type_: String,
-    /// Who receives the notification; its form depends on `type`.
+    /// Who receives the notification; its form depends on `type`. Empty when `recipient_from`
+    /// gives it.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub recipient: String,
+    /// Where the controller reads a webhook's URL instead of `recipient`, so that the URL (a
+    /// secret for Slack-style webhooks) is kept in a Secret of the booking's namespace:
+    /// `recipient_from: {secret_key_ref: {name: chat-hooks, key: url}}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recipient_from: Option<RecipientSource>,
     /// Minutes before the booking's end at which the notification is sent. Defaults to 20.
     #[serde(
         rename = "leadMinutes",
@@ -70,6 +77,22 @@ pub struct Notification {
     )]
     #[schemars(range(min = 0, max = 10080))]
     pub lead_minutes: Option<u32>,
+}
+
+/// Where a notification's recipient is read from.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]
+pub struct RecipientSource {
+    /// A key of a Secret in the booking's namespace; its value is the recipient.
+    pub secret_key_ref: SecretKeyRef,
+}
+
+/// A key of a Secret in the namespace of the object that names it.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]
+pub struct SecretKeyRef {
+    /// The Secret's name.
+    pub name: String,
+    /// The key in the Secret's `data`.
+    pub key: String,
 }
 
 /// Phase of a booking, as written to `status.status`.
@@ -117,8 +140,9 @@ pub struct BookingStatus {
     /// True once every notification of the booking has been sent.
     #[serde(default)]
     pub notification_sent: bool,
-    /// Notifications already sent, as `<index>:<type>:<recipient>` keys, so that each is sent
-    /// at most once.
+    /// Notifications already sent, as `<index>:<type>:<recipient>` keys (for a webhook, whose
+    /// URL is a secret, `<index>:webhook:<scheme>://<host>#<digest of the URL>`), so that each is
+    /// sent at most once.
     #[serde(
         rename = "notificationsSent",
         default,

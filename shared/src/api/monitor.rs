@@ -29,8 +29,10 @@ pub struct ResourceMonitorSpec {
     /// AWS regions to scan. Defaults to the controller's region.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub regions: Vec<String>,
-    /// Delete Resources this monitor created when their tag group disappears from AWS.
-    /// Off by default.
+    /// Delete Resources this monitor created when their tag group disappears from AWS: once
+    /// the group is missing from several consecutive complete listings (the controller's
+    /// `PRUNE_AFTER_LISTINGS`, 3 by default) and no booking that has not ended holds the
+    /// Resource. Off by default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prune: Option<bool>,
 }
@@ -58,6 +60,14 @@ pub struct ResourceMonitorStatus {
         skip_serializing_if = "Option::is_none"
     )]
     pub observed_generation: Option<i64>,
+    /// Per Resource this monitor created whose group is missing from AWS: the number of
+    /// consecutive complete listings it has been missing from (see `spec.prune`).
+    #[serde(
+        rename = "missingListings",
+        default,
+        skip_serializing_if = "std::collections::BTreeMap::is_empty"
+    )]
+    pub missing_listings: std::collections::BTreeMap<String, u32>,
 }
 
 impl ResourceMonitorSpec {

@@ -52,6 +52,15 @@ pub(super) fn check_notifications(
     for (i, n) in notifications.iter().enumerate() {
         let at = format!("{path}[{i}]");
         match n.type_.as_str() {
+            "email" if n.recipient_from.is_some() => r.deny(
+                format!("{at}.recipient_from"),
+                format!(
+                    "{at}.recipient_from: only a webhook's URL can come from a Secret; write the email address in {at}.recipient"
+                ),
+            ),
+            "webhook" if n.recipient_from.is_some() => {
+                check_recipient_from(r, &at, n);
+            }
             "email" => {
                 if let Err(e) = email_address::EmailAddress::from_str(&n.recipient) {
                     r.deny(
@@ -92,6 +101,44 @@ pub(super) fn check_notifications(
     }
 }
 
+/// A webhook whose URL comes from a Secret: `recipient` empty, a Secret name and a key.
+fn check_recipient_from(r: &mut Report, at: &str, n: &Notification) {
+    let Some(from) = &n.recipient_from else {
+        return;
+    };
+    if !n.recipient.is_empty() {
+        r.deny(
+            format!("{at}.recipient"),
+            format!("{at}: set recipient or recipient_from, not both; remove {at}.recipient"),
+        );
+    }
+    let secret = &from.secret_key_ref;
+    if !is_object_name(&secret.name) {
+        r.deny(
+            format!("{at}.recipient_from.secret_key_ref.name"),
+            format!(
+                "{at}.recipient_from.secret_key_ref.name: {:?} is not a Secret name (lowercase letters, digits, '-' and '.'); name the Secret that holds the URL",
+                secret.name
+            ),
+        );
+    }
+    let key_ok = !secret.key.is_empty()
+        && secret.key.len() <= 253
+        && secret
+            .key
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-._".contains(&b));
+    if !key_ok {
+        r.deny(
+            format!("{at}.recipient_from.secret_key_ref.key"),
+            format!(
+                "{at}.recipient_from.secret_key_ref.key: {:?} is not a Secret key (letters, digits, '-', '_' and '.'); name the key that holds the URL, e.g. url",
+                secret.key
+            ),
+        );
+    }
+}
+
 pub(super) fn check_webhook_url(r: &mut Report, field: &str, value: &str) {
     let problem = match url::Url::parse(value) {
         Err(e) => Some(format!("it is not a URL ({e})")),
@@ -103,10 +150,16 @@ pub(super) fn check_webhook_url(r: &mut Report, field: &str, value: &str) {
         Ok(_) => None,
     };
     if let Some(problem) = problem {
+        // A webhook URL is a secret (Slack-style URLs carry their credential in the path):
+        // a denial, which may be logged or shown in a condition, names only scheme and host.
+        let shown = match url::Url::parse(value) {
+            Ok(u) => format!("{}://{}", u.scheme(), u.host_str().unwrap_or_default()),
+            Err(_) => "<an unparseable URL>".to_owned(),
+        };
         r.deny(
             field,
             format!(
-                "{field}: {value:?} is not valid for a webhook notification: {problem}; give an https URL such as https://hooks.example.com/services/T000/B000"
+                "{field}: {shown:?} is not valid for a webhook notification: {problem}; give an https URL such as https://hooks.example.com/services/T000/B000"
             ),
         );
     }

@@ -26,11 +26,26 @@ fn ok_booking() -> BookingSpec {
     booking("2030-06-01T13:00:00Z", "2030-06-01T14:00:00Z")
 }
 
+fn webhook_from(name: &str, key: &str, recipient: &str) -> Notification {
+    Notification {
+        type_: "webhook".into(),
+        recipient: recipient.into(),
+        recipient_from: Some(crate::api::RecipientSource {
+            secret_key_ref: crate::api::SecretKeyRef {
+                name: name.into(),
+                key: key.into(),
+            },
+        }),
+        lead_minutes: None,
+    }
+}
+
 fn email(recipient: &str) -> Notification {
     Notification {
         type_: "email".into(),
         recipient: recipient.into(),
         lead_minutes: None,
+        recipient_from: None,
     }
 }
 
@@ -268,6 +283,7 @@ fn booking_table() {
                     type_: "pigeon".into(),
                     recipient: "loft-3".into(),
                     lead_minutes: None,
+                    recipient_from: None,
                 }],
                 ..ok_booking()
             },
@@ -309,12 +325,76 @@ fn booking_table() {
             warnings: 0,
         },
         Case {
+            what: "webhook URL from a Secret",
+            spec: BookingSpec {
+                notifications: vec![webhook_from("chat-hooks", "url", "")],
+                ..ok_booking()
+            },
+            policy: Policy::default(),
+            denied: None,
+            warnings: 0,
+        },
+        Case {
+            what: "webhook URL from a Secret and in recipient",
+            spec: BookingSpec {
+                notifications: vec![webhook_from(
+                    "chat-hooks",
+                    "url",
+                    "https://hooks.example.com/x",
+                )],
+                ..ok_booking()
+            },
+            policy: Policy::default(),
+            denied: Some(("spec.notifications[0].recipient", &["not both"])),
+            warnings: 0,
+        },
+        Case {
+            what: "webhook Secret reference without a valid name",
+            spec: BookingSpec {
+                notifications: vec![webhook_from("Chat Hooks", "url", "")],
+                ..ok_booking()
+            },
+            policy: Policy::default(),
+            denied: Some((
+                "spec.notifications[0].recipient_from.secret_key_ref.name",
+                &["\"chat hooks\"", "secret name"],
+            )),
+            warnings: 0,
+        },
+        Case {
+            what: "webhook Secret reference without a key",
+            spec: BookingSpec {
+                notifications: vec![webhook_from("chat-hooks", "", "")],
+                ..ok_booking()
+            },
+            policy: Policy::default(),
+            denied: Some((
+                "spec.notifications[0].recipient_from.secret_key_ref.key",
+                &["secret key"],
+            )),
+            warnings: 0,
+        },
+        Case {
+            what: "email from a Secret",
+            spec: BookingSpec {
+                notifications: vec![Notification {
+                    type_: "email".into(),
+                    ..webhook_from("mail", "to", "")
+                }],
+                ..ok_booking()
+            },
+            policy: Policy::default(),
+            denied: Some(("spec.notifications[0].recipient_from", &["only a webhook"])),
+            warnings: 0,
+        },
+        Case {
             what: "https webhook",
             spec: BookingSpec {
                 notifications: vec![Notification {
                     type_: "webhook".into(),
                     recipient: "https://hooks.example.com/x".into(),
                     lead_minutes: Some(5),
+                    recipient_from: None,
                 }],
                 ..ok_booking()
             },
@@ -329,13 +409,14 @@ fn booking_table() {
                     type_: "webhook".into(),
                     recipient: "http://hooks.example.com/x".into(),
                     lead_minutes: None,
+                    recipient_from: None,
                 }],
                 ..ok_booking()
             },
             policy: Policy::default(),
             denied: Some((
                 "spec.notifications[0].recipient",
-                &["https", "http://hooks.example.com/x"],
+                &["https", "\"http://hooks.example.com\" is not valid"],
             )),
             warnings: 0,
         },
@@ -346,6 +427,7 @@ fn booking_table() {
                     type_: "webhook".into(),
                     recipient: "slack".into(),
                     lead_minutes: None,
+                    recipient_from: None,
                 }],
                 ..ok_booking()
             },
@@ -358,6 +440,7 @@ fn booking_table() {
             spec: BookingSpec {
                 notifications: vec![Notification {
                     lead_minutes: Some(90),
+                    recipient_from: None,
                     ..email("ann@example.com")
                 }],
                 ..ok_booking()
@@ -371,6 +454,7 @@ fn booking_table() {
             spec: BookingSpec {
                 notifications: vec![Notification {
                     lead_minutes: Some(10_081),
+                    recipient_from: None,
                     ..email("ann@example.com")
                 }],
                 ..ok_booking()
@@ -486,6 +570,7 @@ fn booking_defaults_fill_absent_fields_only() {
             email("ann@example.com"),
             Notification {
                 lead_minutes: Some(5),
+                recipient_from: None,
                 ..email("bob@example.com")
             },
         ],
@@ -701,6 +786,7 @@ fn scheduler_table() {
                         type_: "sms".into(),
                         recipient: "1".into(),
                         lead_minutes: None,
+                        recipient_from: None,
                     }],
                     ..scheduler("0 * * * *", 1).booking_template
                 },

@@ -14,6 +14,8 @@
 //! - [`proxy`]: a fault-injecting HTTP proxy in front of moto that answers chosen actions
 //!   with AWS-shaped errors (throttling, `IncorrectInstanceState`, errors tied to one
 //!   instance) a given number of times, and records each request's time and action.
+//! - [`webhook_receiver`]: a real HTTPS endpoint for webhook notifications that records what
+//!   it gets and answers as told (a status, or an error body that never ends).
 //! - [`tls`]: a CA and serving certificates generated at test time (rcgen), written to the
 //!   test directory; no private key is ever committed.
 //!
@@ -98,6 +100,7 @@ pub mod process;
 pub mod proxy;
 pub mod smtp;
 pub mod tls;
+pub mod webhook_receiver;
 
 pub use error::{Error, Result};
 pub use paths::{TestDir, free_port};

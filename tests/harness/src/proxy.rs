@@ -143,6 +143,10 @@ pub struct Fault {
     pub remaining: usize,
     /// When set, only requests naming this instance ID / DB identifier match.
     pub resource_id: Option<String>,
+    /// When set, matching requests are not answered with `error`: they are held this long,
+    /// then forwarded (a stalled connection, as a black-holed endpoint or an overloaded load
+    /// balancer gives).
+    pub stall: Option<Duration>,
 }
 
 impl Fault {
@@ -153,6 +157,15 @@ impl Fault {
             error,
             remaining: 1,
             resource_id: None,
+            stall: None,
+        }
+    }
+
+    /// Holds requests of `action` of `service` for `stall` before forwarding them, once.
+    pub fn stall(service: Service, action: &str, stall: Duration) -> Self {
+        Fault {
+            stall: Some(stall),
+            ..Fault::throttle(service, action)
         }
     }
 
@@ -208,9 +221,10 @@ pub struct ProxiedRequest {
     pub action: Option<String>,
     /// Instance IDs / DB identifiers the request names.
     pub resource_ids: Vec<String>,
-    /// The HTTP status answered.
+    /// The HTTP status answered; 0 for a stalled request (recorded on arrival).
     pub status: u16,
-    /// The error code when the proxy injected a fault, `None` when it forwarded.
+    /// The error code when the proxy injected a fault (`stalled <duration>` for a stall),
+    /// `None` when it forwarded.
     pub injected: Option<String>,
 }
 
@@ -446,9 +460,34 @@ async fn handle(req: Request<Incoming>, shared: &Shared) -> Response<Full<Bytes>
             .find(|f| f.matches(&query))
             .map(|f| {
                 f.remaining -= 1;
-                f.error.clone()
+                (f.error.clone(), f.stall)
             })
     };
+    let (injected, stalled) = match injected {
+        Some((_, Some(stall))) => (None, Some(stall)),
+        Some((error, None)) => (Some(error), None),
+        None => (None, None),
+    };
+    if let Some(stall) = stalled {
+        // Recorded on arrival: the client may give up and close the connection, which ends
+        // this handler before it answers.
+        shared.lock().requests.push(ProxiedRequest {
+            at,
+            since_start: arrived.duration_since(shared.started),
+            duration: stall,
+            service: query.service,
+            action: query.action.clone(),
+            resource_ids: query
+                .resource_ids()
+                .into_iter()
+                .map(str::to_owned)
+                .collect(),
+            status: 0,
+            injected: Some(format!("stalled {stall:?}")),
+        });
+        tokio::time::sleep(stall).await;
+        return forward(parts, body, shared).await;
+    }
 
     let delay = {
         let mut state = shared.lock();

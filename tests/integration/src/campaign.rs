@@ -919,6 +919,7 @@ fn booking_object(p: &Planned) -> Booking {
                     type_: "email".into(),
                     recipient: format!("{}@example.com", p.name),
                     lead_minutes: Some(LEAD_MINUTES),
+                    recipient_from: None,
                 }]
             } else {
                 Vec::new()

@@ -469,3 +469,45 @@ fn helm_and_kustomize_register_the_same_webhooks() {
         "the chart's webhook configurations follow manifests/webhook/"
     );
 }
+
+/// Webhook URLs kept in Secrets: by default the controller reads no Secret; each entry of
+/// `notificationSecrets` lets it get exactly the named Secrets of one namespace, nothing more.
+#[test]
+fn helm_notification_secrets_grant_get_of_named_secrets_only() {
+    let none = helm_ok(&[]);
+    for o in &none {
+        let rules = o["rules"].as_array().cloned().unwrap_or_default();
+        assert!(
+            !rules
+                .iter()
+                .any(|r| r["resources"].to_string().contains("secrets")),
+            "no Secret access by default: {o}"
+        );
+    }
+    let objects = helm_ok(&[
+        "--set",
+        "notificationSecrets[0].namespace=team-a",
+        "--set",
+        "notificationSecrets[0].names={chat-hooks}",
+    ]);
+    let name = "rbo-resource-booking-operator-controller-notification-secrets";
+    let role = all_of(&objects, "Role")
+        .into_iter()
+        .find(|r| r["metadata"]["name"] == name)
+        .expect("the Role");
+    assert_eq!(role["metadata"]["namespace"], "team-a");
+    assert_eq!(
+        role["rules"],
+        serde_json::json!([{"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["chat-hooks"], "verbs": ["get"]}])
+    );
+    let binding = all_of(&objects, "RoleBinding")
+        .into_iter()
+        .find(|r| r["metadata"]["name"] == name)
+        .expect("the RoleBinding");
+    assert_eq!(binding["metadata"]["namespace"], "team-a");
+    assert_eq!(binding["roleRef"]["name"], name);
+    assert_eq!(binding["subjects"][0]["name"], CONTROLLER_SA);
+    assert_eq!(binding["subjects"][0]["namespace"], NAMESPACE);
+    let e = helm(&["--set", "notificationSecrets[0].namespace=team-a"]).unwrap_err();
+    assert!(e.contains("notificationSecrets[0].names"), "{e}");
+}
