@@ -282,15 +282,37 @@ fn helm_values_configure_each_deployment_irsa_smtp_scope_and_the_webhook() {
         env["SMTP_SENDER"].value.as_deref(),
         Some("bookings@example.com")
     );
-    for (var, key) in [("SMTP_USERNAME", "username"), ("SMTP_PASSWORD", "password")] {
-        let r = env[var]
-            .value_from
-            .clone()
-            .and_then(|v| v.secret_key_ref)
-            .unwrap_or_else(|| panic!("{var} from a Secret"));
-        assert_eq!((r.name.as_str(), r.key.as_str()), ("smtp-credentials", key));
-        assert!(env[var].value.is_none());
-    }
+    let r = env["SMTP_USERNAME"]
+        .value_from
+        .clone()
+        .and_then(|v| v.secret_key_ref)
+        .expect("SMTP_USERNAME from a Secret");
+    assert_eq!(
+        (r.name.as_str(), r.key.as_str()),
+        ("smtp-credentials", "username")
+    );
+    // The password never sits in the environment: a file of the Secret, mounted read-only.
+    assert!(!env.contains_key("SMTP_PASSWORD"));
+    let pod = pod_spec(&controller);
+    let file = env["SMTP_PASSWORD_FILE"].value.clone().expect("a password file");
+    let mount = pod.containers[0]
+        .volume_mounts
+        .iter()
+        .flatten()
+        .find(|m| file.starts_with(&format!("{}/", m.mount_path)))
+        .expect("the password file is mounted");
+    assert_eq!(mount.read_only, Some(true));
+    let volume = pod
+        .volumes
+        .iter()
+        .flatten()
+        .find(|v| v.name == mount.name)
+        .and_then(|v| v.secret.clone())
+        .expect("a Secret volume");
+    assert_eq!(volume.secret_name.as_deref(), Some("smtp-credentials"));
+    let item = &volume.items.as_ref().expect("one key")[0];
+    assert_eq!(item.key, "password");
+    assert!(file.ends_with(&format!("/{}", item.path)));
     assert_eq!(env["TAG_PREFIX"].value.as_deref(), Some("acme/booking-"));
     // Namespace scope: the controller's permissions are a Role in that namespace only.
     assert_eq!(env["NAMESPACE"].value.as_deref(), Some("team-a"));
