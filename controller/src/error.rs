@@ -23,11 +23,19 @@ impl Error {
     /// Label for the failures metric.
     pub fn metric_label(&self) -> &'static str {
         match self {
+            _ if self.is_conflict() => "conflict",
             Error::Kube(_) => "kube",
             Error::Aws(_) => "aws",
             Error::Malformed(_) => "malformed",
             Error::Serialize(_) => "serialize",
         }
+    }
+}
+
+impl Error {
+    /// Whether the API server refused a write made from a stale read (409 Conflict).
+    pub fn is_conflict(&self) -> bool {
+        matches!(self, Error::Kube(kube::Error::Api(e)) if e.code == 409)
     }
 }
 

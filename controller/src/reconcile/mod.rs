@@ -63,9 +63,15 @@ pub async fn drive<K, F, Fut>(
                 }
             },
             move |obj: Arc<K>, err: &Error, ctx: Arc<Context>| {
+                ctx.metrics.failed(kind, err.metric_label());
+                if err.is_conflict() {
+                    // Written from a read a newer version overtook: the watch brings that
+                    // version, and the reconcile runs again on it without a backoff.
+                    tracing::debug!(kind, error = %err, "status written from a stale read; again");
+                    return Action::requeue(CONFLICT_RETRY);
+                }
                 let delay = ctx.retry_after_failure(&retry_key(kind, obj.as_ref()));
                 tracing::warn!(kind, error = %err, retry_in = ?delay, "reconcile failed; retrying");
-                ctx.metrics.failed(kind, err.metric_label());
                 Action::requeue(delay)
             },
             ctx,
@@ -73,6 +79,9 @@ pub async fn drive<K, F, Fut>(
         .for_each(|_| async {})
         .await;
 }
+
+/// How soon a reconcile whose write met a newer version runs again.
+const CONFLICT_RETRY: std::time::Duration = std::time::Duration::from_millis(200);
 
 fn retry_key<K: kube::Resource>(kind: &str, obj: &K) -> String {
     let meta = obj.meta();
@@ -178,11 +187,28 @@ fn status_patch<K: HasStatus>(
     if changes.as_object().is_some_and(|m| m.is_empty()) && guard.is_none() {
         return Ok(None);
     }
+    // A merge patch replaces an array whole (`conditions`): written from a stale read it would
+    // drop what another writer added meanwhile (the notification reconciler's condition on a
+    // Booking), so such a patch is guarded by the version it was computed from.
+    let guard = guard.or_else(|| {
+        replaces_an_array(&changes)
+            .then_some(obj.meta().resource_version.as_deref())
+            .flatten()
+    });
     let mut patch = serde_json::json!({ "status": changes });
     if let Some(version) = guard {
         patch["metadata"] = serde_json::json!({ "resourceVersion": version });
     }
     Ok(Some(patch))
+}
+
+/// Whether the merge patch `changes` replaces an array somewhere.
+fn replaces_an_array(changes: &Value) -> bool {
+    match changes {
+        Value::Array(_) => true,
+        Value::Object(m) => m.values().any(replaces_an_array),
+        _ => false,
+    }
 }
 
 async fn send_status_patch<K: HasStatus>(
@@ -273,6 +299,46 @@ mod tests {
         let mut applied = serde_json::to_value(&old).unwrap();
         json_patch::merge(&mut applied, &p);
         assert_eq!(applied, serde_json::to_value(&new).unwrap());
+    }
+
+    #[test]
+    fn a_patch_that_replaces_conditions_is_guarded_by_the_version_it_was_computed_from() {
+        use booking_shared::api::Booking;
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+        let mut b: Booking = serde_json::from_value(json!({
+            "apiVersion": "manager.kotaico.de/v1", "kind": "Booking",
+            "metadata": {"name": "b", "namespace": "ns", "resourceVersion": "41"},
+            "spec": {"resource_name": "r", "start_at": "2031-01-01T10:00:00Z",
+                     "end_at": "2031-01-01T11:00:00Z"},
+        }))
+        .unwrap();
+        b.status = Some(BookingStatus {
+            status: Some(BookingPhase::Scheduled),
+            ..Default::default()
+        });
+        let phase_only = BookingStatus {
+            status: Some(BookingPhase::InProgress),
+            ..Default::default()
+        };
+        let p = super::status_patch(&b, &phase_only, None).unwrap().unwrap();
+        assert!(p.get("metadata").is_none(), "no array replaced, no guard: {p}");
+        let with_condition = BookingStatus {
+            conditions: vec![Condition {
+                type_: "Ready".into(),
+                status: "True".into(),
+                reason: "InProgress".into(),
+                message: String::new(),
+                last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                    "2031-01-01T10:00:00Z".parse().unwrap(),
+                ),
+                observed_generation: None,
+            }],
+            ..phase_only
+        };
+        let p = super::status_patch(&b, &with_condition, None)
+            .unwrap()
+            .unwrap();
+        assert_eq!(p["metadata"], json!({"resourceVersion": "41"}), "{p}");
     }
 
     #[test]
