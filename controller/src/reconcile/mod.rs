@@ -321,7 +321,10 @@ mod tests {
             ..Default::default()
         };
         let p = super::status_patch(&b, &phase_only, None).unwrap().unwrap();
-        assert!(p.get("metadata").is_none(), "no array replaced, no guard: {p}");
+        assert!(
+            p.get("metadata").is_none(),
+            "no array replaced, no guard: {p}"
+        );
         let with_condition = BookingStatus {
             conditions: vec![Condition {
                 type_: "Ready".into(),

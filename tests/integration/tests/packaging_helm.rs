@@ -294,7 +294,10 @@ fn helm_values_configure_each_deployment_irsa_smtp_scope_and_the_webhook() {
     // The password never sits in the environment: a file of the Secret, mounted read-only.
     assert!(!env.contains_key("SMTP_PASSWORD"));
     let pod = pod_spec(&controller);
-    let file = env["SMTP_PASSWORD_FILE"].value.clone().expect("a password file");
+    let file = env["SMTP_PASSWORD_FILE"]
+        .value
+        .clone()
+        .expect("a password file");
     let mount = pod.containers[0]
         .volume_mounts
         .iter()
