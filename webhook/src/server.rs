@@ -139,7 +139,7 @@ pub async fn handle_admission(
         }
     };
     let started = std::time::Instant::now();
-    let decision = admission::admit(&state, endpoint, &bytes);
+    let decision = admission::review(&state, endpoint, &bytes).await;
     let response = review_response(StatusCode::OK, &decision);
     state
         .metrics

@@ -30,6 +30,8 @@ pub struct State {
     pub clock: Clock,
     /// Metrics of the admission handlers.
     pub metrics: Metrics,
+    /// The permission check of `--restrict-user-id`; `None` when off.
+    pub authorizer: Option<crate::authorize::Authorizer>,
     bookings_synced: AtomicBool,
     resources_synced: AtomicBool,
 }
@@ -53,9 +55,16 @@ impl State {
             reservation_ttl,
             clock,
             metrics,
+            authorizer: None,
             bookings_synced: AtomicBool::new(false),
             resources_synced: AtomicBool::new(no_resource_cache),
         }
+    }
+
+    /// The state with the permission check of `--restrict-user-id`.
+    pub fn with_authorizer(mut self, authorizer: crate::authorize::Authorizer) -> Self {
+        self.authorizer = Some(authorizer);
+        self
     }
 
     /// The current instant by the injected clock.
