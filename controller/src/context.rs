@@ -64,6 +64,9 @@ pub struct Settings {
     pub max_concurrent_writes: usize,
     /// The notification senders.
     pub notifiers: Notifiers,
+    /// Namespaces allowed to claim groups whose instances carry no namespace tag; empty for
+    /// every namespace.
+    pub untagged_claim_namespaces: Vec<String>,
 }
 
 /// The caches the reconcilers read, filled by the watches `run` wires.
@@ -95,6 +98,8 @@ pub struct Groups {
     pub targeted_min_interval: chrono::Duration,
     /// Retry policy of failed members.
     pub backoff: Backoff,
+    /// See [`Settings::untagged_claim_namespaces`].
+    pub untagged_claim_namespaces: Vec<String>,
 }
 
 /// Everything the reconcilers use.
@@ -180,6 +185,7 @@ impl Context {
                 targeted: Mutex::default(),
                 targeted_min_interval: settings.targeted_min_interval,
                 backoff: Backoff::default(),
+                untagged_claim_namespaces: settings.untagged_claim_namespaces,
             },
             notifiers: settings.notifiers,
             notification_failures: Mutex::default(),

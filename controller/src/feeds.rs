@@ -84,7 +84,7 @@ impl Feeds {
             bookings_store.clone(),
             index.clone(),
             booking_fanout,
-            resource_tx,
+            resource_tx.clone(),
             booking_tx.clone(),
             metrics,
         );
@@ -95,6 +95,7 @@ impl Feeds {
             resources_synced.clone(),
             resource_fanout,
             booking_tx,
+            resource_tx,
         );
         // The feeds end with the process; the controllers' graceful shutdown stops them first.
         tokio::spawn(bookings_feed);
@@ -171,9 +172,20 @@ fn resource_feed(
     synced: Arc<Synced>,
     fanout: Fanout<Resource>,
     booking_tx: mpsc::UnboundedSender<ObjectRef<Booking>>,
+    resource_tx: mpsc::UnboundedSender<ObjectRef<Resource>>,
 ) -> impl std::future::Future<Output = ()> + Send + 'static {
     let mut triggers = ResourceTriggers::default();
     events.for_each(move |ev| {
+        if let Ok(watcher::Event::Delete(gone)) = &ev {
+            // The next claimer of the group takes over (see reconcile::resource::claim).
+            for r in store
+                .state()
+                .iter()
+                .filter(|r| r.spec.type_ == gone.spec.type_ && r.spec.tag == gone.spec.tag)
+            {
+                let _ = resource_tx.unbounded_send(ObjectRef::from_obj(r.as_ref()));
+            }
+        }
         let concerned = match &ev {
             Ok(ev) => {
                 if matches!(ev, watcher::Event::InitDone) {

@@ -106,6 +106,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             .unwrap_or(chrono::Duration::seconds(30)),
         max_concurrent_writes: usize::from(args.kube.max_concurrent_reconciles),
         notifiers,
+        untagged_claim_namespaces: args.tenancy.untagged_claim_namespaces.clone(),
     };
     let ctx = Context::new(
         client.clone(),

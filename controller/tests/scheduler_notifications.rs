@@ -98,6 +98,7 @@ fn context(c: &Cluster, clock: &TestClock, notifiers: Notifiers) -> Arc<Context>
         targeted_min_interval: chrono::Duration::seconds(30),
         max_concurrent_writes: 0,
         notifiers,
+        untagged_claim_namespaces: Vec::new(),
     };
     Context::new(
         c.client.clone(),
