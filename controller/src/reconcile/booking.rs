@@ -102,11 +102,14 @@ pub fn judge(
             Some(BookingPhase::Scheduled) => (false, "Scheduled"),
             None => (true, "InvalidSpec"),
         };
+        let by = booking_shared::validation::requested_by(&b.metadata)
+            .map(|r| format!(" (booking created by {r})"))
+            .unwrap_or_default();
         events.push(EventSpec {
             warning,
             reason,
             action: "Phase",
-            message: message.clone(),
+            message: format!("{message}{by}"),
         });
     }
     if !resource_exists
