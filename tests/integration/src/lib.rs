@@ -5,6 +5,7 @@
 
 pub mod campaign;
 pub mod e2e;
+pub mod kubectl;
 pub mod packaging;
 
 use std::path::{Path, PathBuf};
