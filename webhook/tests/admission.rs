@@ -514,24 +514,23 @@ fn a_second_resource_for_a_claimed_group_is_denied_naming_the_claimer() {
     stored["metadata"]["creationTimestamp"] = json!("2030-01-01T00:00:00Z");
     let state = state_with(&[], &[stored.clone()]);
     // Another namespace, same type and tag: denied, on both paths, naming team-a's Resource.
-    for req in [Req::create(resource("team-b", "mine"))] {
-        let r = validate(&state, &req);
-        assert_eq!(r["allowed"], false, "{r}");
-        let m = message(&r);
-        assert!(
-            m.starts_with("spec.tag: the ec2 group \"analytics\""),
-            "{m}"
-        );
-        assert!(
-            m.contains("claimed by Resource team-a/ec2.analytics"),
-            "{m}"
-        );
-        let general = response_of(
-            &booking_webhook::admission::admit_general(&state, Endpoint::Validate, &req.body())
-                .to_json(),
-        );
-        assert_eq!(message(&general), m);
-    }
+    let req = Req::create(resource("team-b", "mine"));
+    let r = validate(&state, &req);
+    assert_eq!(r["allowed"], false, "{r}");
+    let m = message(&r);
+    assert!(
+        m.starts_with("spec.tag: the ec2 group \"analytics\""),
+        "{m}"
+    );
+    assert!(
+        m.contains("claimed by Resource team-a/ec2.analytics"),
+        "{m}"
+    );
+    let general = response_of(
+        &booking_webhook::admission::admit_general(&state, Endpoint::Validate, &req.body())
+            .to_json(),
+    );
+    assert_eq!(message(&general), m);
     // Another tag, or another region, is another group.
     let mut other = resource("team-b", "web");
     other["spec"]["tag"] = json!("web");

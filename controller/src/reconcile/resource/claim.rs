@@ -203,7 +203,8 @@ mod tests {
         let tagged_a = [member("i-1", &[(ns_tag, "team-a")]), member("i-2", &[])];
         let untagged = [member("i-1", &[])];
         // (namespace, members, untagged list) -> refused?
-        let table: [(&str, &[Member], &Vec<String>, Option<&str>); 6] = [
+        type Row<'a> = (&'a str, &'a [Member], &'a Vec<String>, Option<&'a str>);
+        let table: [Row<'_>; 6] = [
             ("team-a", &tagged_a, &none, None),
             (
                 "team-b",
