@@ -1,5 +1,5 @@
-//! Who may book for whom (off unless `--restrict-user-id`): a Booking's `spec.user_id` must be
-//! the authenticated requester, and only the user who created a booking (its
+//! Who may book for whom (off unless `--restrict-user-id`): a Booking's `spec.user_id` (and a
+//! BookingScheduler's `spec.bookingTemplate.user_id`) must be the authenticated requester, and only the user who created a booking (its
 //! `manager.kotaico.de/requested-by` annotation) may change its `user_id`, `end_at` or
 //! `resource_name` — unless a SubjectAccessReview grants the requester the verb [`VERB`] on
 //! `bookings` of group `manager.kotaico.de` in the booking's namespace (GitOps service accounts
@@ -12,7 +12,7 @@
 use std::time::Duration;
 
 use booking_shared::{
-    api::{Booking, GROUP},
+    api::{Booking, BookingScheduler, GROUP},
     validation,
 };
 use k8s_openapi::api::authorization::v1::{
@@ -21,7 +21,10 @@ use k8s_openapi::api::authorization::v1::{
 use kube::{
     Api,
     api::PostParams,
-    core::admission::{AdmissionRequest, AdmissionReview, Operation},
+    core::{
+        DynamicObject,
+        admission::{AdmissionRequest, AdmissionReview, Operation},
+    },
 };
 
 /// The custom verb that lets a requester book for another user and change another user's
@@ -48,7 +51,7 @@ impl Authorizer {
     /// message when the review could not be made in time.
     async fn granted(
         &self,
-        req: &AdmissionRequest<Booking>,
+        req: &AdmissionRequest<DynamicObject>,
         namespace: &str,
     ) -> Result<(bool, Option<String>), String> {
         let info = &req.user_info;
@@ -137,48 +140,107 @@ pub fn needed(
     }
 }
 
-/// The refusal of a request that needs [`VERB`] the requester does not hold, or `None` when
-/// the request may go on to the rules. Reads `body` as a Booking review; anything else is left
-/// to the rules (`None`).
-pub async fn check(
+/// Why a BookingScheduler request needs [`VERB`]: its bookings would be made for a
+/// `bookingTemplate.user_id` other than the requester (on CREATE, or an UPDATE that changes
+/// it); the scheduler would otherwise be a way around the rule for bookings. Pure.
+pub fn needed_for_scheduler(
+    operation: &Operation,
+    requester: &str,
+    new: &BookingScheduler,
+    old: Option<&BookingScheduler>,
+) -> Option<String> {
+    let user = &new.spec.booking_template.user_id;
+    let changed = match (operation, old) {
+        (Operation::Create, _) => true,
+        (Operation::Update, Some(old)) => old.spec.booking_template.user_id != *user,
+        _ => false,
+    };
+    (changed && user != requester).then(|| {
+        format!("spec.bookingTemplate.user_id is {user:?}, not the requesting user {requester:?}")
+    })
+}
+
+/// The kind of a review, read without the objects.
+#[derive(serde::Deserialize)]
+struct Peek {
+    request: Option<PeekRequest>,
+}
+
+#[derive(serde::Deserialize)]
+struct PeekRequest {
+    kind: kube::core::GroupVersionKind,
+}
+
+/// A refusal: the request it answers, the HTTP code (403 missing permission, 503 the review
+/// could not be made) and the message.
+pub type Refusal<K> = (AdmissionRequest<K>, u16, String);
+
+/// The refusal of a Booking or BookingScheduler request that needs [`VERB`] the requester does
+/// not hold, or `None` when the request may go on to the rules (anything that does not read as
+/// such a review is left to them).
+pub async fn check(authorizer: &Authorizer, body: &[u8]) -> Option<Refusal<DynamicObject>> {
+    let peek: Peek = serde_json::from_slice(body).ok()?;
+    let kind = peek.request?.kind;
+    if kind.group != GROUP {
+        return None;
+    }
+    match kind.kind.as_str() {
+        "Booking" => judge::<Booking>(authorizer, body, needed).await,
+        "BookingScheduler" => {
+            judge::<BookingScheduler>(authorizer, body, needed_for_scheduler).await
+        }
+        _ => None,
+    }
+}
+
+async fn judge<K>(
     authorizer: &Authorizer,
     body: &[u8],
-) -> Option<(AdmissionRequest<Booking>, u16, String)> {
-    let review: AdmissionReview<Booking> = serde_json::from_slice(body).ok()?;
-    let req: AdmissionRequest<Booking> = review.try_into().ok()?;
-    if req.kind.group != GROUP || req.kind.kind != "Booking" || req.sub_resource.is_some() {
+    needed: impl Fn(&Operation, &str, &K, Option<&K>) -> Option<String>,
+) -> Option<Refusal<DynamicObject>>
+where
+    K: kube::Resource + serde::de::DeserializeOwned,
+{
+    let review: AdmissionReview<DynamicObject> = serde_json::from_slice(body).ok()?;
+    let req: AdmissionRequest<DynamicObject> = review.try_into().ok()?;
+    if req.sub_resource.is_some() {
         return None;
     }
-    let new = req.object.as_ref()?;
-    if new.metadata.deletion_timestamp.is_some() {
+    let typed = |o: &DynamicObject| -> Option<K> {
+        serde_json::from_value(serde_json::to_value(o).ok()?).ok()
+    };
+    let new = typed(req.object.as_ref()?)?;
+    if new.meta().deletion_timestamp.is_some() {
         return None;
     }
+    let old = req.old_object.as_ref().and_then(typed);
     let requester = req.user_info.username.as_deref().unwrap_or_default();
-    let why = needed(&req.operation, requester, new, req.old_object.as_ref())?;
+    let why = needed(&req.operation, requester, &new, old.as_ref())?;
     let namespace = req
         .namespace
         .clone()
-        .or_else(|| new.metadata.namespace.clone())
+        .or_else(|| new.meta().namespace.clone())
         .unwrap_or_default();
     let permission = format!(
         "verb {VERB:?} on resource {RESOURCE:?} of group {GROUP:?} in namespace {namespace:?}"
     );
-    match authorizer.granted(&req, &namespace).await {
-        Ok((true, _)) => None,
-        Ok((false, reason)) => {
-            let message = format!(
-                "{why}; that needs the permission {permission}, which user {requester:?} does not have{}; set spec.user_id to {requester:?} (or leave it out), or ask an administrator for a Role granting {VERB:?} on {RESOURCE} in {namespace:?}",
+    let (code, message) = match authorizer.granted(&req, &namespace).await {
+        Ok((true, _)) => return None,
+        Ok((false, reason)) => (
+            403,
+            format!(
+                "{why}; that needs the permission {permission}, which user {requester:?} does not have{}; set the user id to {requester:?} (or leave it out), or ask an administrator for a Role granting {VERB:?} on {RESOURCE} in {namespace:?}",
                 reason.map(|r| format!(" ({r})")).unwrap_or_default()
-            );
-            Some((req, 403, message))
-        }
-        Err(e) => {
-            let message = format!(
+            ),
+        ),
+        Err(e) => (
+            503,
+            format!(
                 "{why}; that needs the permission {permission}, and it could not be checked ({e}), so the request is refused; nothing was changed: retry in a few seconds"
-            );
-            Some((req, 503, message))
-        }
-    }
+            ),
+        ),
+    };
+    Some((req, code, message))
 }
 
 #[cfg(test)]
@@ -264,6 +326,30 @@ mod tests {
         )
         .unwrap();
         assert!(why.contains("spec.user_id changes to \"bob\""), "{why}");
+        // A scheduler's template is checked on create and when its user_id changes.
+        let mut s = BookingScheduler::new(
+            "s",
+            booking_shared::api::BookingSchedulerSpec {
+                schedule: "0 3 * * *".into(),
+                duration: 20,
+                booking_template: booking_shared::api::BookingTemplate {
+                    resource_name: "ec2.web".into(),
+                    user_id: "cd39ad8bc3".into(),
+                    notifications: vec![],
+                },
+                ..Default::default()
+            },
+        );
+        let why = needed_for_scheduler(&create, "ann", &s, None).unwrap();
+        assert!(
+            why.contains("spec.bookingTemplate.user_id is \"cd39ad8bc3\""),
+            "{why}"
+        );
+        let old = s.clone();
+        s.spec.duration = 30;
+        assert_eq!(needed_for_scheduler(&update, "ann", &s, Some(&old)), None);
+        s.spec.booking_template.user_id = "bob".into();
+        assert!(needed_for_scheduler(&update, "ann", &s, Some(&old)).is_some());
         // Deletes are never judged here.
         assert_eq!(needed(&Operation::Delete, "bob", &own, Some(&own)), None);
     }

@@ -286,7 +286,7 @@ async fn grant_bookers(system: &System) {
     assert!(out.ok, "{}", out.stderr);
     let role = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
         "metadata": {"name": "booker", "namespace": NS},
-        "rules": [{"apiGroups": ["manager.kotaico.de"], "resources": ["bookings"],
+        "rules": [{"apiGroups": ["manager.kotaico.de"], "resources": ["bookings", "bookingschedulers"],
             "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]}]});
     let subject =
         |u: &str| json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": u});
@@ -375,6 +375,37 @@ async fn only_the_creator_or_a_holder_of_book_for_others_books_for_others() {
         .await;
     assert!(out.ok, "{}", out.stderr);
     assert_eq!(requested_by(&out), "gitops");
+
+    // A scheduler is no way around it: its template's user_id is checked the same way.
+    let scheduler = |name: &str, user: &str| {
+        json!({"apiVersion": "manager.kotaico.de/v1", "kind": "BookingScheduler",
+            "metadata": {"name": name, "namespace": NS},
+            "spec": {"schedule": "0 3 * * *", "duration": 20,
+                "bookingTemplate": {"resource_name": "ec2.nightly", "user_id": user}}})
+        .to_string()
+    };
+    let out = system
+        .user("ann", &apply, Some(&scheduler("nightly", "cd39ad8bc3")))
+        .await;
+    assert_denied(
+        &out,
+        "schedulers.validate.manager.kotaico.de",
+        &[
+            "spec.bookingTemplate.user_id is \"cd39ad8bc3\", not the requesting user \"ann\"",
+            "verb \"book-for-others\"",
+        ],
+        "ann schedules for cd39ad8bc3",
+    );
+    for (user, owner) in [("ann", "ann"), ("gitops", "cd39ad8bc3")] {
+        let out = system
+            .user(
+                user,
+                &apply,
+                Some(&scheduler(&format!("nightly-{user}"), owner)),
+            )
+            .await;
+        assert!(out.ok, "{user}: {}", out.stderr);
+    }
 
     // Someone else changing end_at of ann's booking: refused naming the creator.
     let patch = |end_h: i64| {
