@@ -132,7 +132,8 @@ pub fn validate_requested_by(
 /// Fills the absent fields of a Booking for a request made by `requesting_user`; `old` is the
 /// stored object on update.
 ///
-/// - annotation [`REQUESTED_BY_ANNOTATION`] on CREATE: the requesting user's name.
+/// - annotation [`REQUESTED_BY_ANNOTATION`]: on CREATE the requesting user's name, on UPDATE
+///   the stored value (an update cannot drop it).
 /// - `spec.user_id`: the old object's value on update, else the requesting user's name.
 /// - `spec.notifications[*].leadMinutes`: [`DEFAULT_NOTIFICATION_LEAD_MINUTES`].
 /// - label [`RESOURCE_LABEL`]: [`resource_label_value`] of `spec.resource_name`. A value this
@@ -144,18 +145,24 @@ pub fn default_booking(
     requesting_user: &str,
 ) -> Vec<Defaulted> {
     let mut out = Vec::new();
-    if old.is_none() && !requesting_user.is_empty() && requested_by(&booking.metadata).is_none() {
+    // The creator: the requester on CREATE; on UPDATE the stored value, when an update left
+    // it out (server-side apply removes a field its manager no longer sets, and the webhook's
+    // additions count as the applier's).
+    let creator = match old {
+        None => Some(requesting_user).filter(|u| !u.is_empty()),
+        Some(o) => requested_by(&o.metadata),
+    };
+    if let Some(creator) = creator
+        && requested_by(&booking.metadata).is_none()
+    {
         booking
             .metadata
             .annotations
             .get_or_insert_with(Default::default)
-            .insert(
-                REQUESTED_BY_ANNOTATION.to_owned(),
-                requesting_user.to_owned(),
-            );
+            .insert(REQUESTED_BY_ANNOTATION.to_owned(), creator.to_owned());
         out.push(Defaulted::new(
             format!("metadata.annotations.{REQUESTED_BY_ANNOTATION}"),
-            requesting_user,
+            creator,
         ));
     }
     if booking.spec.user_id.is_empty() {

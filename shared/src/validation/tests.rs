@@ -1029,10 +1029,14 @@ fn the_requester_is_recorded_on_create_and_can_never_change() {
     let mut b = full_booking(ok_booking());
     default_booking(&mut b, None, "carol");
     assert_eq!(requested_by(&b.metadata), Some("carol"));
-    // An update never records a requester.
+    // An update never records its own requester: one that leaves the annotation out gets the
+    // stored creator back; a stored booking without one stays without.
     let mut later = full_booking(ok_booking());
     default_booking(&mut later, Some(&b), "dave");
-    assert_eq!(requested_by(&later.metadata), None);
+    assert_eq!(requested_by(&later.metadata), Some("carol"));
+    let mut unannotated = full_booking(ok_booking());
+    default_booking(&mut unannotated, Some(&full_booking(ok_booking())), "dave");
+    assert_eq!(requested_by(&unannotated.metadata), None);
     // A create may carry only the requester; an update may not set, change or remove it.
     assert!(validate_requested_by(Some("carol"), None, "carol").is_ok());
     assert!(validate_requested_by(None, None, "carol").is_ok());

@@ -461,10 +461,32 @@ async fn only_the_creator_or_a_holder_of_book_for_others_books_for_others() {
         &["created by \"ann\"", "cannot be changed or removed"],
         "rewrite",
     );
+    // Removing it (as a server-side apply that no longer sets it does) puts it back.
     let removed =
         json!({"metadata": {"annotations": {"manager.kotaico.de/requested-by": null}}}).to_string();
-    let out = run("ann", merge(&removed)).await;
-    assert_denied(&out, V, &["cannot be changed or removed"], "removal");
+    let mut args = merge(&removed);
+    args.extend(["-o".to_owned(), "json".to_owned()]);
+    let out = run("ann", args).await;
+    assert!(out.ok, "{}", out.stderr);
+    assert_eq!(requested_by(&out), "ann");
+    // GitOps by server-side apply: re-applying the manifest (which never carries the
+    // annotation) keeps working and keeps the creator.
+    let ssa = ["apply", "--server-side", "-o", "json", "-f", "-"];
+    for end in [19, 20] {
+        let out = system
+            .user(
+                "ann",
+                &ssa,
+                Some(&booking("applied", "ann", 18, end).to_string()),
+            )
+            .await;
+        assert!(
+            out.ok,
+            "server-side apply ending at +{end} h: {}",
+            out.stderr
+        );
+        assert_eq!(requested_by(&out), "ann");
+    }
     let mut b = booking("forged", "ann", 12, 13);
     b["metadata"]["annotations"] = json!({"manager.kotaico.de/requested-by": "bob"});
     let out = system.user("ann", &apply, Some(&b.to_string())).await;
