@@ -63,7 +63,7 @@ pub async fn reconcile(res: Arc<Resource>, ctx: Arc<Context>) -> Result<Action> 
     );
     drop(claimers);
     if let Some(refusal) = other {
-        // Woken again when the claimer is deleted (see `feeds`).
+        // Woken again when the claimer is deleted or leaves the group (see `feeds`).
         claim::refuse(&ctx, &res, &refusal).await?;
         return Ok(Action::await_change());
     }

@@ -4,7 +4,8 @@
 //!
 //! - Two Resources of two namespaces claim one group: only the first-created acts; the other
 //!   gets `GroupClaimed=False` (`ClaimedByAnother`) and a Warning Event naming the claimer, and
-//!   its in-progress booking starts nothing — until the claimer is deleted.
+//!   its in-progress booking starts nothing — until the claimer is deleted or moves to another
+//!   group.
 //! - The operator's restrictions: a group whose instances are tagged for another namespace, and
 //!   an untagged group claimed from a namespace not in `UNTAGGED_CLAIM_NAMESPACES`, are refused
 //!   (`NamespaceNotAllowed`) and left alone.
@@ -125,6 +126,7 @@ async fn only_the_first_claimer_of_a_group_acts_and_operators_restrict_claims() 
 
     let ec2 = moto.ec2();
     let web = group(&ec2, 2, "web", &[]).await;
+    let pair = group(&ec2, 1, "pair", &[]).await;
     let db = group(&ec2, 1, "db", &[("resource-booking/namespace", "team-a")]).await;
     let dbx = group(&ec2, 1, "dbx", &[("resource-booking/namespace", "team-a")]).await;
     let loose = group(&ec2, 1, "loose", &[]).await;
@@ -148,10 +150,15 @@ async fn only_the_first_claimer_of_a_group_acts_and_operators_restrict_claims() 
         .create(&pp, &resource("ec2.web", "ec2", "web", None))
         .await
         .unwrap();
+    resources("team-a")
+        .create(&pp, &resource("ec2.pair", "ec2", "pair", None))
+        .await
+        .unwrap();
     // A later creationTimestamp (second precision) for the second claimer.
     tokio::time::sleep(Duration::from_millis(1100)).await;
     for (ns, name, tag) in [
         ("team-b", "ec2.web", "web"),
+        ("team-b", "ec2.pair", "pair"),
         ("team-b", "ec2.db", "db"),
         ("team-d", "ec2.loose", "loose"),
         ("team-a", "ec2.shared", "shared"),
@@ -168,6 +175,7 @@ async fn only_the_first_claimer_of_a_group_acts_and_operators_restrict_claims() 
     );
     for (ns, name, res) in [
         ("team-b", "b-web", "ec2.web"),
+        ("team-b", "b-pair", "ec2.pair"),
         ("team-b", "b-db", "ec2.db"),
         ("team-d", "d-loose", "ec2.loose"),
         ("team-a", "sh", "ec2.shared"),
@@ -328,6 +336,7 @@ async fn only_the_first_claimer_of_a_group_acts_and_operators_restrict_claims() 
     );
     for (what, ids) in [
         ("web", &web),
+        ("pair", &pair),
         ("db", &db),
         ("dbx", &dbx),
         ("loose", &loose),
@@ -383,6 +392,27 @@ async fn only_the_first_claimer_of_a_group_acts_and_operators_restrict_claims() 
         )),
         "{tags:?}"
     );
+    // The claimer moves to another group: team-b's Resource of the group it left takes over.
+    resources("team-a")
+        .patch(
+            "ec2.pair",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(serde_json::json!({"spec": {"tag": "pair-old"}})),
+        )
+        .await
+        .unwrap();
+    wait_for("pair running for team-b", Duration::from_secs(30), || {
+        all_in_state(&ec2, &pair, "running")
+    })
+    .await;
+    wait_condition(
+        &client,
+        "team-b",
+        "ec2.pair",
+        "GroupClaimed",
+        ("True", "Claimed", ""),
+    )
+    .await;
     let status = controller.stop().expect("the controller stops");
     assert!(status.success(), "booking-controller exited with {status}");
 }
