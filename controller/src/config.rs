@@ -28,6 +28,9 @@ pub struct Args {
     /// roots (e.g. an internal chat server).
     #[arg(long, env = "NOTIFICATION_CA_FILE")]
     pub notification_ca_file: Option<std::path::PathBuf>,
+    /// Who may claim which AWS group.
+    #[clap(flatten)]
+    pub tenancy: TenancyArgs,
 }
 
 /// Kubernetes scope.
@@ -161,6 +164,16 @@ pub struct OpsArgs {
     /// Log as JSON lines (filter with `RUST_LOG`).
     #[arg(long, env = "LOG_JSON", default_value_t = false, action = clap::ArgAction::Set)]
     pub log_json: bool,
+}
+
+/// Who may claim which AWS group (besides one owner per group, always enforced).
+#[derive(ClapArgs, Debug, Clone)]
+pub struct TenancyArgs {
+    /// Comma-separated namespaces whose Resources may claim groups whose instances carry no
+    /// `<prefix>namespace` tag; empty (the default) allows every namespace. A group whose
+    /// instances carry the tag may only be claimed from the namespace it names.
+    #[arg(long, env = "UNTAGGED_CLAIM_NAMESPACES", value_delimiter = ',', num_args = 0..)]
+    pub untagged_claim_namespaces: Vec<String>,
 }
 
 /// A configuration problem, reported once at start-up.

@@ -73,6 +73,9 @@ pub struct Settings {
     pub allowed_regions: AllowedRegions,
     /// Consecutive complete listings a group must be missing from before it is pruned.
     pub prune_after_listings: u32,
+    /// Namespaces allowed to claim groups whose instances carry no namespace tag; empty for
+    /// every namespace.
+    pub untagged_claim_namespaces: Vec<String>,
 }
 
 /// The caches the reconcilers read, filled by the watches `run` wires.
@@ -108,6 +111,8 @@ pub struct Groups {
     pub allowed_regions: AllowedRegions,
     /// Consecutive complete listings a group must be missing from before it is pruned.
     pub prune_after_listings: u32,
+    /// See [`Settings::untagged_claim_namespaces`].
+    pub untagged_claim_namespaces: Vec<String>,
 }
 
 /// Everything the reconcilers use.
@@ -196,6 +201,7 @@ impl Context {
                 backoff: Backoff::default(),
                 allowed_regions: settings.allowed_regions,
                 prune_after_listings: settings.prune_after_listings,
+                untagged_claim_namespaces: settings.untagged_claim_namespaces,
             },
             notifiers: settings.notifiers,
             notification_failures: Mutex::default(),

@@ -84,7 +84,7 @@ impl Feeds {
             bookings_store.clone(),
             index.clone(),
             booking_fanout,
-            resource_tx,
+            resource_tx.clone(),
             booking_tx.clone(),
             metrics,
         );
@@ -95,6 +95,7 @@ impl Feeds {
             resources_synced.clone(),
             resource_fanout,
             booking_tx,
+            resource_tx,
         );
         // The feeds end with the process; the controllers' graceful shutdown stops them first.
         tokio::spawn(bookings_feed);
@@ -171,9 +172,36 @@ fn resource_feed(
     synced: Arc<Synced>,
     fanout: Fanout<Resource>,
     booking_tx: mpsc::UnboundedSender<ObjectRef<Booking>>,
+    resource_tx: mpsc::UnboundedSender<ObjectRef<Resource>>,
 ) -> impl std::future::Future<Output = ()> + Send + 'static {
     let mut triggers = ResourceTriggers::default();
+    // The group each Resource last claimed, to tell when a claimer leaves its group.
+    let mut claimed: std::collections::HashMap<ObjectRef<Resource>, (String, String)> =
+        Default::default();
     events.for_each(move |ev| {
+        // A claimer deleted, or moved to another group: the next claimer of the group it left
+        // takes over (see reconcile::resource::claim).
+        let left = match &ev {
+            Ok(watcher::Event::Delete(gone)) => claimed
+                .remove(&ObjectRef::from_obj(gone))
+                .or_else(|| Some((gone.spec.type_.clone(), gone.spec.tag.clone()))),
+            Ok(watcher::Event::Apply(r) | watcher::Event::InitApply(r)) => {
+                let group = (r.spec.type_.clone(), r.spec.tag.clone());
+                claimed
+                    .insert(ObjectRef::from_obj(r), group.clone())
+                    .filter(|before| *before != group)
+            }
+            _ => None,
+        };
+        if let Some((type_, tag)) = left {
+            for r in store
+                .state()
+                .iter()
+                .filter(|r| r.spec.type_ == type_ && r.spec.tag == tag)
+            {
+                let _ = resource_tx.unbounded_send(ObjectRef::from_obj(r.as_ref()));
+            }
+        }
         let concerned = match &ev {
             Ok(ev) => {
                 if matches!(ev, watcher::Event::InitDone) {

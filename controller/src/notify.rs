@@ -508,6 +508,7 @@ mod tests {
             booking_uid: "0b6f8c1e-uid".into(),
             resource: "ec2.analytics".into(),
             user: "ann".into(),
+            requested_by: Some("system:serviceaccount:ci:deployer".into()),
             end: DateTime::parse_from_rfc3339("2031-01-10T23:00:00Z")
                 .unwrap()
                 .with_timezone(&Utc),
@@ -543,6 +544,10 @@ mod tests {
             assert!(
                 body.contains("13 minutes"),
                 "the real time remaining: {body}"
+            );
+            assert!(
+                body.contains("created by") && body.contains("system:serviceaccount:ci:deployer"),
+                "the creator is named: {body}"
             );
         }
         assert_eq!(

@@ -7,7 +7,8 @@
 //!   hold an unexpired manual booking; otherwise stopped.
 //! - Only members in a state that allows it are acted on: start only `stopped`; stop only EC2
 //!   `running` / RDS `available`. Members of an Auto Scaling group are never acted on.
-//! - An unexpired lock held by another user (or written by another Resource or tool) is respected:
+//! - An unexpired lock not written by this Resource (its `lock-owner` tag; the user it names does
+//!   not count, `user_id` being free text) is respected:
 //!   the group is left alone and `LockedByOther` names the holder.
 //! - A start AWS accepted but that fell back to `stopped` (seen on a later observation) makes the
 //!   Resource `Degraded`; it is retried with bounded exponential backoff, as are failed calls.
@@ -195,7 +196,7 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
     let kind = input.kind;
     let live: Vec<&Member> = members.iter().filter(|m| !kind.is_gone(&m.state)).collect();
     count(&mut out.summary, kind, &live);
-    let locks = Locks::of(input, &live, holder.as_ref());
+    let locks = Locks::of(input, &live);
     if let Some((_, l)) = locks.foreign().or(locks.all.first()) {
         out.summary.locked_by = Some(l.by.clone());
         out.summary.locked_until = (!l.until_raw.is_empty()).then(|| l.until_raw.clone());

@@ -226,7 +226,7 @@ fn plan_table() {
             ..Default::default()
         },
         Case {
-            what: "lock of the same user (no owner tag) is not foreign",
+            what: "a lock of the same user without an owner tag is foreign: user_id is free text",
             holder: holder("alice", t(11, 0)),
             members: vec![member(
                 "i-1",
@@ -234,6 +234,40 @@ fn plan_table() {
                 &[
                     ("resource-booking-locked-by", "alice"),
                     ("resource-booking-locked-until", "2031-01-10T11:00:00Z"),
+                ],
+            )],
+            ready: (false, "LockedByOther"),
+            locked_by_other: true,
+            requeue_at: Some(t(11, 0)),
+            ..Default::default()
+        },
+        Case {
+            what: "a lock of the same user written by another Resource is foreign",
+            holder: holder("alice", t(11, 0)),
+            members: vec![member(
+                "i-1",
+                "stopped",
+                &[
+                    ("resource-booking/locked-by", "alice"),
+                    ("resource-booking/locked-until", "2031-01-10T10:30:00Z"),
+                    ("resource-booking/lock-owner", "team-b/ec2.analytics"),
+                ],
+            )],
+            ready: (false, "LockedByOther"),
+            locked_by_other: true,
+            requeue_at: Some(t(10, 30)),
+            ..Default::default()
+        },
+        Case {
+            what: "a lock this Resource wrote is ours, whoever it names",
+            holder: holder("alice", t(11, 0)),
+            members: vec![member(
+                "i-1",
+                "running",
+                &[
+                    ("resource-booking/locked-by", "bob"),
+                    ("resource-booking/locked-until", "2031-01-10T10:30:00Z"),
+                    ("resource-booking/lock-owner", OWNER),
                 ],
             )],
             lock: vec!["i-1"],

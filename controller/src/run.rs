@@ -111,6 +111,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         leadership,
         allowed_regions: AllowedRegions::new(&args.aws.allowed_regions),
         prune_after_listings: args.aws.prune_after_listings,
+        untagged_claim_namespaces: args.tenancy.untagged_claim_namespaces.clone(),
     };
     let ctx = Context::new(
         client.clone(),

@@ -35,6 +35,9 @@ pub enum Key {
     /// `lock-owner` = `<namespace>/<resource name>` of the Resource that wrote the lock (this
     /// project's addition: it tells our own locks from foreign ones).
     LockOwner,
+    /// `namespace` = the one Kubernetes namespace whose Resources may claim the group (set by
+    /// the operator on the instances; this project's addition).
+    Namespace,
 }
 
 impl Key {
@@ -45,6 +48,7 @@ impl Key {
             Key::LockedBy => "locked-by",
             Key::LockedUntil => "locked-until",
             Key::LockOwner => "lock-owner",
+            Key::Namespace => "namespace",
         }
     }
 }

@@ -23,6 +23,7 @@ fn ctx() -> NotificationSubject {
         booking_uid: "6a0f4a52-1c1b-4d59-9a57-2e1c4f1e7d10".into(),
         resource: "ec2.analytics".into(),
         user: "ann".into(),
+        requested_by: Some("system:serviceaccount:ci:deployer".into()),
         end: t("2031-01-10T23:00:00Z"),
         now: t("2031-01-10T22:40:00Z"),
     }
@@ -111,6 +112,10 @@ async fn starttls_with_auth_delivers_a_complete_message() {
     assert!(
         raw.contains("kubectl -n team-a patch booking nightly-etl"),
         "{raw}"
+    );
+    assert!(
+        raw.contains("It was created by system:serviceaccount:ci:deployer."),
+        "the mail names who created the booking: {raw}"
     );
 }
 

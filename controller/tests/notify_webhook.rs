@@ -78,6 +78,7 @@ fn ctx() -> NotificationSubject {
         booking_uid: "uid-1".into(),
         resource: "ec2.analytics".into(),
         user: "ann".into(),
+        requested_by: Some("system:serviceaccount:ci:deployer".into()),
         end: t("2031-01-10T23:00:00Z"),
         now: t("2031-01-10T22:40:00Z"),
     }

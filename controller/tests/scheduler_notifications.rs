@@ -104,6 +104,7 @@ fn context(c: &Cluster, clock: &TestClock, notifiers: Notifiers) -> Arc<Context>
         leadership: booking_controller::leader::Leadership::unfenced(),
         allowed_regions: Default::default(),
         prune_after_listings: 3,
+        untagged_claim_namespaces: Vec::new(),
     };
     Context::new(
         c.client.clone(),

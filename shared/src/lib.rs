@@ -20,6 +20,7 @@
 
 pub mod api;
 pub mod arbitration;
+pub mod claims;
 pub mod crd;
 pub mod names;
 #[cfg(feature = "ops")]

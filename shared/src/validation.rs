@@ -47,6 +47,13 @@ pub const MAX_LABEL_VALUE_LEN: usize = 63;
 /// Longest AWS tag value (the user id is written into the instances' `locked-by` tag).
 pub const MAX_TAG_VALUE_LEN: usize = 256;
 
+/// Most notifications one booking (or scheduler template) may hold, as the CRD's `maxItems`:
+/// each is a send the controller makes and a key in the booking's status.
+pub const MAX_NOTIFICATIONS: usize = 10;
+
+/// Longest notification recipient (an email address or an https URL), as the CRD's `maxLength`.
+pub const MAX_RECIPIENT_LEN: usize = 2048;
+
 /// Longest notification lead time, in minutes (one week, as the CRD schema).
 pub const MAX_LEAD_MINUTES: u32 = 10_080;
 

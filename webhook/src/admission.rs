@@ -20,6 +20,7 @@
 use base64::{Engine as _, engine::general_purpose::STANDARD as BASE64};
 use booking_shared::{
     api::{Booking, BookingScheduler, GROUP, Resource, ResourceMonitor},
+    claims,
     overlap::IndexedBooking,
     time::Slot,
     validation::{self, Invalid, Outcome},
@@ -167,7 +168,35 @@ fn operation_str(op: &Operation) -> &'static str {
     }
 }
 
-/// Judges one AdmissionReview body. Never panics on any input.
+/// The refusal of the permission check of `--restrict-user-id` (see [`crate::authorize`]), which
+/// the server makes before [`admit`] (so before any slot is reserved); `None` when the check is
+/// off or passes. Never panics on any input.
+pub async fn authorization_refusal(
+    state: &State,
+    endpoint: Endpoint,
+    body: &[u8],
+) -> Option<Decision> {
+    if endpoint == Endpoint::Validate
+        && let Some(authorizer) = state.authorizer.as_ref()
+        && let Some((req, code, message)) = crate::authorize::check(authorizer, body).await
+    {
+        let (reason, verdict) = if code == 403 {
+            ("Forbidden", ReviewResult::Denied)
+        } else {
+            ("ServiceUnavailable", ReviewResult::Error)
+        };
+        return Some(Decision {
+            review: refused(&req, code, reason, &message).into_review(),
+            kind: req.kind.kind.clone(),
+            operation: operation_str(&req.operation),
+            verdict,
+            patch: None,
+        });
+    }
+    None
+}
+
+/// Judges one AdmissionReview body by the rules. Never panics on any input.
 ///
 /// A well-formed `/validate` review whose objects read as their typed kind (every review the
 /// API server sends for a valid object) is parsed once, straight into the typed request; any
@@ -247,7 +276,9 @@ fn validate(
     kind: ServedKind,
     req: &AdmissionRequest<DynamicObject>,
 ) -> (AdmissionResponse, ReviewResult) {
-    if exempt(req, |old, new| old.data.get("spec") == new.data.get("spec")) {
+    if exempt(req, |old, new| {
+        old.data.get("spec") == new.data.get("spec") && same_requester(old, new)
+    }) {
         return (AdmissionResponse::from(req), ReviewResult::Allowed);
     }
     let Some(object) = req.object.as_ref() else {
@@ -268,12 +299,23 @@ fn validate(
     let now = state.now();
     let info = RequestInfo::of(req);
     let outcome = match kind {
-        ServedKind::Booking => typed::<Booking>(object, "Booking")
-            .and_then(|b| validate_booking(state, &info, &b, now)),
+        ServedKind::Booking => typed::<Booking>(object, "Booking").and_then(|b| {
+            let old = req
+                .old_object
+                .as_ref()
+                .and_then(|o| typed::<Booking>(o, "Booking").ok());
+            validate_requester(&info, &b, old.as_ref())?;
+            validate_booking(state, &info, &b, now)
+        }),
         ServedKind::BookingScheduler => typed::<BookingScheduler>(object, "BookingScheduler")
             .and_then(|s| validation::validate_booking_scheduler(&s.spec, &state.policy, now)),
-        ServedKind::Resource => typed::<Resource>(object, "Resource")
-            .and_then(|r| validation::validate_resource(&r.spec)),
+        ServedKind::Resource => typed::<Resource>(object, "Resource").and_then(|r| {
+            let old = req
+                .old_object
+                .as_ref()
+                .and_then(|o| typed::<Resource>(o, "Resource").ok());
+            validate_resource(state, &info, &r, old.as_ref())
+        }),
         ServedKind::ResourceMonitor => typed::<ResourceMonitor>(object, "ResourceMonitor")
             .and_then(|m| validation::validate_resource_monitor(&m.spec)),
     };
@@ -309,8 +351,10 @@ struct RequestInfo<'a> {
     namespace: Option<&'a str>,
     name: &'a str,
     dry_run: bool,
-    /// `userInfo.username`, whose reservations are bounded.
-    requester: &'a str,
+    /// The authenticated requester (`userInfo.username`).
+    user: &'a str,
+    /// Whether the request is a CREATE.
+    create: bool,
 }
 
 impl<'a> RequestInfo<'a> {
@@ -319,9 +363,30 @@ impl<'a> RequestInfo<'a> {
             namespace: req.namespace.as_deref(),
             name: &req.name,
             dry_run: req.dry_run,
-            requester: req.user_info.username.as_deref().unwrap_or_default(),
+            user: req.user_info.username.as_deref().unwrap_or_default(),
+            create: req.operation == Operation::Create,
         }
     }
+}
+
+/// The rule of the requested-by annotation (see [`validation::validate_requested_by`]).
+fn validate_requester(
+    req: &RequestInfo<'_>,
+    b: &Booking,
+    old: Option<&Booking>,
+) -> Result<(), Invalid> {
+    let old = if req.create {
+        None
+    } else {
+        Some(old.and_then(|o| validation::requested_by(&o.metadata)))
+    };
+    validation::validate_requested_by(validation::requested_by(&b.metadata), old, req.user)
+}
+
+/// Whether an UPDATE keeps the requested-by annotation as it was (part of what [`exempt`]
+/// compares besides the spec).
+fn same_requester<K: kube::Resource>(old: &K, new: &K) -> bool {
+    validation::requested_by(old.meta()) == validation::requested_by(new.meta())
 }
 
 /// The response to a request judged by the rules.
@@ -391,7 +456,7 @@ fn validate_booking(
         let mut index = state.write_index();
         check(&index)?;
         index.purge_expired(now);
-        reservation_room(state, &index, req.requester)?;
+        reservation_room(state, &index, req.user)?;
         let entry = IndexedBooking {
             namespace: namespace.clone(),
             name: name.clone(),
@@ -402,7 +467,7 @@ fn validate_booking(
             slot,
             deleting: false,
         };
-        index.reserve(entry, now + state.reservation_ttl, req.requester);
+        index.reserve(entry, now + state.reservation_ttl, req.user);
     }
     if state.resource_exists(&namespace, &b.spec.resource_name) == Some(false) {
         warnings.push(validation::missing_resource_warning(
@@ -434,6 +499,45 @@ fn reservation_room(
             state.max_reservations_per_requester
         ),
     }]))
+}
+
+/// A Resource's own rules, then its claim: a CREATE, or an UPDATE that changes the group, of a
+/// Resource whose AWS group another Resource of the cluster already claims is denied, naming
+/// the claimer (see [`booking_shared::claims`]). The webhook does not know the controller's
+/// region: an absent `spec.region` matches only another absent one here (the controller, which
+/// knows it, enforces the rest).
+fn validate_resource(
+    state: &State,
+    req: &RequestInfo<'_>,
+    r: &Resource,
+    old: Option<&Resource>,
+) -> Outcome {
+    let warnings = validation::validate_resource(&r.spec)?;
+    let Some(store) = state.resources.as_ref() else {
+        return Ok(warnings);
+    };
+    let mut me = r.clone();
+    if me.metadata.namespace.is_none() {
+        me.metadata.namespace = req.namespace.map(str::to_owned);
+    }
+    if me.metadata.name.as_deref().is_none_or(str::is_empty) {
+        me.metadata.name = Some(req.name.to_owned());
+    }
+    let Some(group) = claims::group_of(&me, None) else {
+        return Ok(warnings);
+    };
+    if old.is_some_and(|o| claims::group_of(o, None).as_ref() == Some(&group)) {
+        // The group is unchanged: an update never loses a claim it was admitted with.
+        return Ok(warnings);
+    }
+    let all = store.state();
+    match claims::other_claimer(&me, all.iter().map(|a| a.as_ref()), None) {
+        Some(claimer) => Err(Invalid(vec![validation::Violation {
+            field: "spec.tag".to_owned(),
+            message: format!("spec.tag: {}", claims::claimed_message(&group, claimer)),
+        }])),
+        None => Ok(warnings),
+    }
 }
 
 // === mutate ===================================================================================

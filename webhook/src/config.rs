@@ -118,12 +118,16 @@ impl ServerArgs {
     }
 }
 
+/// The default longest booking, in minutes: 30 days.
+pub const DEFAULT_MAX_BOOKING_MINUTES: u32 = 30 * 24 * 60;
+
 /// Admission rules.
 #[derive(ClapArgs, Debug, Clone)]
 pub struct PolicyArgs {
-    /// Longest booking (and scheduler duration) allowed, in minutes; unset allows any length.
-    #[arg(long, env = "MAX_BOOKING_MINUTES", value_parser = clap::value_parser!(u32).range(1..))]
-    pub max_booking_minutes: Option<u32>,
+    /// Longest booking (and scheduler duration) allowed, in minutes; 0 allows any length. The
+    /// default, 43200, is 30 days.
+    #[arg(long, env = "MAX_BOOKING_MINUTES", default_value_t = DEFAULT_MAX_BOOKING_MINUTES)]
+    pub max_booking_minutes: u32,
     /// How long an admitted booking's slot stays reserved in the overlap index until the watch
     /// delivers the booking, in seconds.
     #[arg(long, env = "RESERVATION_TTL_SECONDS", default_value_t = 30)]
@@ -133,15 +137,24 @@ pub struct PolicyArgs {
     /// request is refused, naming the bound, until the watch catches up.
     #[arg(long, env = "MAX_RESERVATIONS_PER_REQUESTER", default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_reservations_per_requester: u32,
+    /// Require a Booking's `spec.user_id` to be the authenticated requester, and only its
+    /// creator to change its `user_id`, `end_at` or `resource_name`, unless a
+    /// SubjectAccessReview grants the verb `book-for-others` on `bookings` in the namespace.
+    /// Off by default (the original's manifests carry external user ids).
+    #[arg(long, env = "RESTRICT_USER_ID", default_value_t = false)]
+    pub restrict_user_id: bool,
+    /// Deadline of one SubjectAccessReview of `--restrict-user-id`, in milliseconds; a review
+    /// that does not answer in time refuses the request.
+    #[arg(long, env = "AUTHORIZATION_TIMEOUT_MS", default_value_t = 2000, value_parser = clap::value_parser!(u64).range(100..=10_000))]
+    pub authorization_timeout_ms: u64,
 }
 
 impl PolicyArgs {
     /// The policy of the validation rules.
     pub fn policy(&self) -> anyhow::Result<Policy> {
         Ok(Policy {
-            max_booking_duration: self
-                .max_booking_minutes
-                .map(|m| chrono::Duration::minutes(i64::from(m))),
+            max_booking_duration: (self.max_booking_minutes > 0)
+                .then(|| chrono::Duration::minutes(i64::from(self.max_booking_minutes))),
         })
     }
 }

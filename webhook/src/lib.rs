@@ -4,6 +4,7 @@
 //! interval index of [`booking_shared::overlap`], which the controller uses too:
 //!
 //! - [`admission`]: AdmissionReview in, decision out (validate / mutate), never a panic.
+//! - [`authorize`]: who may book for whom (`--restrict-user-id`), by SubjectAccessReview.
 //! - [`caches`]: the watches feeding the overlap index and the Resource cache.
 //! - [`server`]: the HTTPS admission listener (the plain-HTTP admin port is
 //!   `booking_shared::ops`, the controller's too).
@@ -15,6 +16,7 @@
 //! admitted at the same instant (e.g. by two replicas); see [`admission`].
 
 pub mod admission;
+pub mod authorize;
 pub mod caches;
 pub mod config;
 pub mod metrics;
@@ -66,6 +68,16 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     state.watch_failure_bound =
         chrono::Duration::seconds(i64::from(args.server.watch_failure_bound_seconds));
     state.max_reservations_per_requester = args.policy.max_reservations_per_requester as usize;
+    if args.policy.restrict_user_id {
+        state = state.with_authorizer(authorize::Authorizer::new(
+            client.clone(),
+            std::time::Duration::from_millis(args.policy.authorization_timeout_ms),
+        ));
+        tracing::info!(
+            verb = authorize::VERB,
+            "spec.user_id is restricted to the requester"
+        );
+    }
     let state = Arc::new(state);
 
     let admission_listener = TcpListener::bind(args.server.listen_addr)

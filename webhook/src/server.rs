@@ -268,7 +268,11 @@ async fn admit_request(
         }
     };
     let started = std::time::Instant::now();
-    let decision = if bytes.len() as u64 > SMALL_BODY_BYTES {
+    let decision = if let Some(refusal) =
+        admission::authorization_refusal(&state, endpoint, &bytes).await
+    {
+        refusal
+    } else if bytes.len() as u64 > SMALL_BODY_BYTES {
         // Parsing a large body takes long: on the blocking pool, so that the runtime's workers
         // stay free for small reviews (the large-body budget bounds how many run at once).
         let (state, bytes) = (state.clone(), bytes.clone());

@@ -41,6 +41,8 @@ pub struct State {
     /// How many admitted-but-not-yet-stored reservations one requester (`userInfo.username`)
     /// may hold at once; beyond it a real create or update is refused, naming the bound.
     pub max_reservations_per_requester: usize,
+    /// The permission check of `--restrict-user-id`; `None` when off.
+    pub authorizer: Option<crate::authorize::Authorizer>,
     bookings_synced: AtomicBool,
     resources_synced: AtomicBool,
     draining: AtomicBool,
@@ -72,6 +74,7 @@ impl State {
             metrics,
             watch_failure_bound: Duration::seconds(30),
             max_reservations_per_requester: 50,
+            authorizer: None,
             bookings_synced: AtomicBool::new(false),
             resources_synced: AtomicBool::new(no_resource_cache),
             draining: AtomicBool::new(false),
@@ -119,6 +122,12 @@ impl State {
     pub fn index_stale(&self, now: DateTime<Utc>) -> bool {
         self.booking_watch_failing_for(now)
             .is_some_and(|d| d > self.watch_failure_bound)
+    }
+
+    /// The state with the permission check of `--restrict-user-id`.
+    pub fn with_authorizer(mut self, authorizer: crate::authorize::Authorizer) -> Self {
+        self.authorizer = Some(authorizer);
+        self
     }
 
     /// The current instant by the injected clock.

@@ -358,6 +358,7 @@ fn mutate_keeps_what_the_user_wrote_and_other_labels() {
     assert_eq!(
         ops,
         vec![
+            json!({"op": "add", "path": "/metadata/annotations", "value": {"manager.kotaico.de/requested-by": "ann"}}),
             json!({"op": "add", "path": "/metadata/labels/manager.kotaico.de~1resource", "value": "ec2.analytics"})
         ]
     );
@@ -555,4 +556,87 @@ fn bookings_are_not_judged_before_the_index_has_synced() {
         kube::runtime::watcher::Event::InitDone,
     );
     assert_eq!(validate(&state, &req)["allowed"], true);
+}
+
+#[test]
+fn a_second_resource_for_a_claimed_group_is_denied_naming_the_claimer() {
+    let mut stored = resource("team-a", "ec2.analytics");
+    stored["metadata"]["creationTimestamp"] = json!("2030-01-01T00:00:00Z");
+    let state = state_with(&[], &[stored.clone()]);
+    // Another namespace, same type and tag: denied, on both paths, naming team-a's Resource.
+    let req = Req::create(resource("team-b", "mine"));
+    let r = validate(&state, &req);
+    assert_eq!(r["allowed"], false, "{r}");
+    let m = message(&r);
+    assert!(
+        m.starts_with("spec.tag: the ec2 group \"analytics\""),
+        "{m}"
+    );
+    assert!(
+        m.contains("claimed by Resource team-a/ec2.analytics"),
+        "{m}"
+    );
+    let general = response_of(
+        &booking_webhook::admission::admit_general(&state, Endpoint::Validate, &req.body())
+            .to_json(),
+    );
+    assert_eq!(message(&general), m);
+    // Another tag, or another region, is another group.
+    let mut other = resource("team-b", "web");
+    other["spec"]["tag"] = json!("web");
+    assert_eq!(
+        validate(&state, &Req::create(other.clone()))["allowed"],
+        true
+    );
+    let mut region = resource("team-b", "eu");
+    region["spec"]["region"] = json!("eu-west-1");
+    assert_eq!(
+        validate(&state, &Req::create(region.clone()))["allowed"],
+        true
+    );
+    // The claimer itself may change its other fields; an update moving another Resource onto
+    // the claimed group is denied.
+    let mut hibernating = stored.clone();
+    hibernating["spec"]["hibernate"] = json!(true);
+    assert_eq!(
+        validate(&state, &Req::update(stored.clone(), hibernating))["allowed"],
+        true
+    );
+    let mut moved = other.clone();
+    moved["spec"]["tag"] = json!("analytics");
+    let r = validate(&state, &Req::update(other, moved));
+    assert_eq!(r["allowed"], false, "{r}");
+    assert!(message(&r).contains("team-a/ec2.analytics"), "{r}");
+}
+
+#[test]
+fn the_requested_by_annotation_is_only_the_requester_and_never_changes() {
+    let state = state_with(&[], &[]);
+    let mut b = booking("ns", "b", "ec2.analytics", 1, 2, "zoe");
+    b["metadata"]["annotations"] = json!({"manager.kotaico.de/requested-by": "mallory"});
+    let r = validate(&state, &Req::create(b.clone()));
+    assert_eq!(r["allowed"], false, "{r}");
+    assert!(
+        message(&r).contains("\"mallory\" is not the user making this request (\"ann\")"),
+        "{r}"
+    );
+    // Stored with ann as its creator: an update that only rewrites the annotation is judged
+    // (not exempt as a metadata change) and denied.
+    let mut stored = b.clone();
+    stored["metadata"]["annotations"] = json!({"manager.kotaico.de/requested-by": "ann"});
+    let r = validate(&state, &Req::update(stored.clone(), b));
+    assert_eq!(r["allowed"], false, "{r}");
+    assert!(message(&r).contains("created by \"ann\""), "{r}");
+    let mut removed = stored.clone();
+    removed["metadata"]["annotations"] = json!({});
+    assert_eq!(
+        validate(&state, &Req::update(stored.clone(), removed))["allowed"],
+        false
+    );
+    let mut labelled = stored.clone();
+    labelled["metadata"]["labels"] = json!({"team": "data"});
+    assert_eq!(
+        validate(&state, &Req::update(stored, labelled))["allowed"],
+        true
+    );
 }

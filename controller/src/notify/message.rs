@@ -18,6 +18,9 @@ pub struct NotificationSubject {
     pub resource: String,
     /// The booking's user.
     pub user: String,
+    /// The authenticated user who created the booking (its `manager.kotaico.de/requested-by`
+    /// annotation), when recorded.
+    pub requested_by: Option<String>,
     /// End of the booking.
     pub end: DateTime<Utc>,
     /// When the notification is sent (the real time remaining is computed from it).
@@ -57,15 +60,25 @@ pub fn render(ctx: &NotificationSubject) -> Rendered {
         "Booking {} of {} ends in {minutes} min ({end})",
         ctx.booking, ctx.resource
     );
+    let created_by = ctx
+        .requested_by
+        .as_deref()
+        .map(|r| format!("\nIt was created by {r}."))
+        .unwrap_or_default();
     let text = format!(
-        "Hello {user},\n\nyour booking {b} (namespace {ns}) of resource {r} ends at {end}, in {in_minutes}.\nIts instances are stopped then.\n\nTo keep them running for another hour, extend the booking:\n\n  {extend_command}\n",
+        "Hello {user},\n\nyour booking {b} (namespace {ns}) of resource {r} ends at {end}, in {in_minutes}.\nIts instances are stopped then.{created_by}\n\nTo keep them running for another hour, extend the booking:\n\n  {extend_command}\n",
         user = ctx.user,
         b = ctx.booking,
         ns = ctx.namespace,
         r = ctx.resource,
     );
+    let created_by_html = ctx
+        .requested_by
+        .as_deref()
+        .map(|r| format!(" It was created by <b>{}</b>.", html_escape(r)))
+        .unwrap_or_default();
     let html = format!(
-        "<html><body><p>Hello {user},</p><p>your booking <b>{b}</b> (namespace {ns}) of resource <b>{r}</b> ends at <b>{end}</b>, in {in_minutes}. Its instances are stopped then.</p><p>To keep them running for another hour, extend the booking:</p><pre>{cmd}</pre></body></html>",
+        "<html><body><p>Hello {user},</p><p>your booking <b>{b}</b> (namespace {ns}) of resource <b>{r}</b> ends at <b>{end}</b>, in {in_minutes}. Its instances are stopped then.{created_by_html}</p><p>To keep them running for another hour, extend the booking:</p><pre>{cmd}</pre></body></html>",
         user = html_escape(&ctx.user),
         b = html_escape(&ctx.booking),
         ns = html_escape(&ctx.namespace),

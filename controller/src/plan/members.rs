@@ -32,36 +32,30 @@ fn lock_of(m: &Member, keys: &TagKeys) -> Option<Lock> {
     })
 }
 
-/// The locks seen on the live members. A lock is ours when this Resource wrote it, or when it
-/// is the holder's own user; an unexpired lock that is not ours is foreign.
+/// The locks seen on the live members. A lock is ours only when its owner tag names this
+/// Resource: never because its `locked-by` names the holder's user, which is free text that any
+/// tenant can write into a booking. An unexpired lock that is not ours is foreign.
 pub(super) struct Locks<'a> {
     pub(super) all: Vec<(&'a Member, Lock)>,
     pub(super) owner: &'a str,
-    pub(super) holder_user: Option<&'a str>,
     pub(super) now: DateTime<Utc>,
 }
 
 impl<'a> Locks<'a> {
-    pub(super) fn of(
-        input: &PlanInput<'a>,
-        live: &[&'a Member],
-        holder: Option<&'a Holder>,
-    ) -> Self {
+    pub(super) fn of(input: &PlanInput<'a>, live: &[&'a Member]) -> Self {
         Self {
             all: live
                 .iter()
                 .filter_map(|m| lock_of(m, input.keys).map(|l| (*m, l)))
                 .collect(),
             owner: input.owner,
-            holder_user: holder.map(|h| h.user.as_str()),
             now: input.now,
         }
     }
 
     pub(super) fn is_foreign(&self, l: &Lock) -> bool {
         let unexpired = l.until.is_some_and(|u| u > self.now);
-        let ours =
-            l.owner.as_deref() == Some(self.owner) || self.holder_user == Some(l.by.as_str());
+        let ours = l.owner.as_deref() == Some(self.owner);
         unexpired && !ours
     }
 

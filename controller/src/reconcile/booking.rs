@@ -102,11 +102,14 @@ pub fn judge(
             Some(BookingPhase::Scheduled) => (false, "Scheduled"),
             None => (true, "InvalidSpec"),
         };
+        let by = booking_shared::validation::requested_by(&b.metadata)
+            .map(|r| format!(" (booking created by {r})"))
+            .unwrap_or_default();
         events.push(EventSpec {
             warning,
             reason,
             action: "Phase",
-            message: message.clone(),
+            message: format!("{message}{by}"),
         });
     }
     if !resource_exists
@@ -273,6 +276,32 @@ mod tests {
 
     fn reasons(j: &Judgement) -> Vec<&str> {
         j.events.iter().map(|e| e.reason).collect()
+    }
+
+    #[test]
+    fn phase_events_name_the_user_who_created_the_booking() {
+        let mut b = booking(
+            "b",
+            "2031-01-01T00:00:00Z",
+            "2031-01-10T10:00:00Z",
+            "2031-01-10T12:00:00Z",
+        );
+        b.metadata.annotations = Some(
+            [(
+                booking_shared::validation::REQUESTED_BY_ANNOTATION.to_owned(),
+                "system:serviceaccount:ci:deployer".to_owned(),
+            )]
+            .into(),
+        );
+        let j = judge(&b, &[], true, at("2031-01-10T10:30:00Z"));
+        assert_eq!(reasons(&j), ["Started"]);
+        assert!(
+            j.events[0]
+                .message
+                .ends_with("(booking created by system:serviceaccount:ci:deployer)"),
+            "{}",
+            j.events[0].message
+        );
     }
 
     #[test]

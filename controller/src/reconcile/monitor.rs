@@ -20,6 +20,7 @@ use kube::api::{Api, DeleteParams, ObjectMeta};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 
+use super::resource::claim;
 use super::{ns_name, write_status};
 use crate::conditions::{CondSpec, merge};
 use crate::context::{Context, post_params};
@@ -306,6 +307,11 @@ pub async fn reconcile(m: Arc<ResourceMonitor>, ctx: Arc<Context>) -> Result<Act
     );
     let resources: Api<Resource> = Api::namespaced(ctx.client.clone(), &ns);
     for (rname, tag, region) in &decision.create {
+        // Only groups this namespace may claim (one owner per group, the operator's rules).
+        if let Some(refusal) = claim::monitor_refusal(&ctx, &ns, rname, provider, tag, region) {
+            tracing::debug!(resource = %rname, reason = refusal.reason, message = %refusal.message, "not created");
+            continue;
+        }
         let obj = new_resource(&m, &ns, provider, rname, tag, region);
         match resources.create(&post_params(), &obj).await {
             Ok(_) => {

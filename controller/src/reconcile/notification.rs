@@ -236,6 +236,7 @@ async fn send_due(
             booking_uid: b.uid().unwrap_or_default(),
             resource: b.spec.resource_name.clone(),
             user: b.spec.user_id.clone(),
+            requested_by: booking_shared::validation::requested_by(&b.metadata).map(str::to_owned),
             end: slot.end,
             now,
         };

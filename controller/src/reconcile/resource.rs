@@ -23,6 +23,7 @@ use crate::model::{InventoryKey, Member};
 use crate::plan::{Plan, PlanInput, manual_holder, plan};
 
 mod actions;
+pub mod claim;
 mod safety;
 
 use actions::{act, forget_settled, group_attempts, report};
@@ -60,6 +61,18 @@ pub async fn reconcile(res: Arc<Resource>, ctx: Arc<Context>) -> Result<Action> 
         tracing::warn!(error = %e, "first inventory refresh failed");
     }
     ctx.caches_ready().await;
+    let claimers = ctx.caches.resources.state();
+    let other = claim::claimed_elsewhere(
+        &res,
+        claimers.iter().map(|r| r.as_ref()),
+        &ctx.groups.default_region,
+    );
+    drop(claimers);
+    if let Some(refusal) = other {
+        // Woken again when the claimer is deleted or leaves the group (see `feeds`).
+        claim::refuse(&ctx, &res, &refusal).await?;
+        return Ok(Action::await_change());
+    }
     let now = ctx.now();
     let views = ctx
         .caches
@@ -77,6 +90,17 @@ pub async fn reconcile(res: Arc<Resource>, ctx: Arc<Context>) -> Result<Action> 
         || manual_holder(&res.spec, now).ok().flatten().is_some()
         || res.status.as_ref().and_then(|s| s.observed_generation) != res.metadata.generation;
     let seen = observe(&ctx, &res, &key, &owner, wants_members, now).await;
+    if let Some(refusal) = seen.members.as_deref().and_then(|members| {
+        claim::namespace_refusal(
+            &ns,
+            members,
+            &ctx.groups.keys,
+            &ctx.groups.untagged_claim_namespaces,
+        )
+    }) {
+        claim::refuse(&ctx, &res, &refusal).await?;
+        return Ok(Action::await_change());
+    }
     let attempts = group_attempts(&ctx, seen.members.as_deref());
     let input = PlanInput {
         owner: &owner,
@@ -106,7 +130,7 @@ pub async fn reconcile(res: Arc<Resource>, ctx: Arc<Context>) -> Result<Action> 
     report(&ctx, &res, provider, &p, &done).await;
     // Re-plan with the attempts just made: the status then reports this reconcile's failures,
     // and no action is repeated (the attempts are newer than the observation).
-    let final_plan = if done.acted() {
+    let mut final_plan = if done.acted() {
         ctx.groups.inventory.request_refresh();
         let attempts = group_attempts(&ctx, seen.members.as_deref());
         plan(&PlanInput {
@@ -116,6 +140,7 @@ pub async fn reconcile(res: Arc<Resource>, ctx: Arc<Context>) -> Result<Action> 
     } else {
         p
     };
+    final_plan.conditions.push(claim::held());
     write_status(&ctx, res.as_ref(), &status_of(&res, &final_plan, now), None).await?;
     Ok(match next_wake(&final_plan, &verdicts, provider, now) {
         Some(at) => Action::requeue(ctx.until(at)),

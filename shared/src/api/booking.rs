@@ -46,10 +46,13 @@ pub struct BookingSpec {
     pub end_at: String,
     /// Who the booking is for. Written into the instances' `locked-by` tag while the booking is
     /// in progress. When absent, the admission webhook fills in the requesting user's name.
+    /// At most 256 characters (an AWS tag value), no control characters.
     #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[schemars(length(max = 256))]
     pub user_id: String,
-    /// Notifications sent shortly before the booking ends.
+    /// Notifications sent shortly before the booking ends (at most 10).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 10))]
     pub notifications: Vec<Notification>,
 }
 
@@ -61,8 +64,9 @@ pub struct Notification {
     #[serde(rename = "type")]
     pub type_: String,
     /// Who receives the notification; its form depends on `type`. Empty when `recipient_from`
-    /// gives it.
+    /// gives it. At most 2048 characters, no control characters.
     #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[schemars(length(max = 2048))]
     pub recipient: String,
     /// Where the controller reads a webhook's URL instead of `recipient`, so that the URL (a
     /// secret for Slack-style webhooks) is kept in a Secret of the booking's namespace:

@@ -118,7 +118,7 @@ pub struct ResourceStatus {
         skip_serializing_if = "Option::is_none"
     )]
     pub active_until: Option<String>,
-    /// Standard conditions (`Ready`, `Synced`, `LockedByOther`, `Degraded`).
+    /// Standard conditions (`Ready`, `Synced`, `LockedByOther`, `Degraded`, `GroupClaimed`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
     /// The `metadata.generation` this status was computed from.

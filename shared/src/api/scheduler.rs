@@ -65,11 +65,13 @@ pub struct BookingTemplate {
     #[schemars(length(min = 1, max = 253))]
     pub resource_name: String,
     /// Who the bookings are for. When absent, the admission webhook fills in the requesting
-    /// user's name.
+    /// user's name. At most 256 characters, no control characters.
     #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[schemars(length(max = 256))]
     pub user_id: String,
-    /// Notifications of each booking.
+    /// Notifications of each booking (at most 10).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 10))]
     pub notifications: Vec<Notification>,
 }
 

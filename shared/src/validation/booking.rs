@@ -84,9 +84,56 @@ pub fn missing_resource_warning(namespace: &str, resource_name: &str) -> String 
     )
 }
 
+/// Annotation naming the authenticated user (`request.userInfo.username`) who created a
+/// Booking, written by the mutating webhook on CREATE and never changed afterwards.
+pub const REQUESTED_BY_ANNOTATION: &str = "manager.kotaico.de/requested-by";
+
+/// The [`REQUESTED_BY_ANNOTATION`] of an object's metadata, if set.
+pub fn requested_by(meta: &kube::api::ObjectMeta) -> Option<&str> {
+    meta.annotations
+        .as_ref()?
+        .get(REQUESTED_BY_ANNOTATION)
+        .map(String::as_str)
+}
+
+/// Checks the [`REQUESTED_BY_ANNOTATION`] of a Booking: a CREATE may only carry the requesting
+/// user (`requester`) there, and no UPDATE may set, change or remove it (`old` is the stored
+/// value on UPDATE: `Some(None)` when the stored booking has none).
+pub fn validate_requested_by(
+    new: Option<&str>,
+    old: Option<Option<&str>>,
+    requester: &str,
+) -> Result<(), Invalid> {
+    let field = format!("metadata.annotations[{REQUESTED_BY_ANNOTATION}]");
+    let problem = match old {
+        None => new.filter(|n| *n != requester).map(|n| {
+            format!(
+                "{field}: {n:?} is not the user making this request ({requester:?}); the annotation records who created the booking and is filled in by the admission webhook: remove it from the manifest"
+            )
+        }),
+        Some(old) if old != new => Some(match old {
+            Some(old) => format!(
+                "{field}: the booking was created by {old:?} and this annotation cannot be changed or removed (the update sets it to {}); put it back as it was, e.g. remove it from the manifest and apply again",
+                new.map_or("nothing".to_owned(), |n| format!("{n:?}"))
+            ),
+            None => format!(
+                "{field}: this booking was created without the annotation and it cannot be added later (the update sets it to {:?}); remove it from the manifest",
+                new.unwrap_or_default()
+            ),
+        }),
+        Some(_) => None,
+    };
+    match problem {
+        Some(message) => Err(Invalid(vec![Violation::new(field, message)])),
+        None => Ok(()),
+    }
+}
+
 /// Fills the absent fields of a Booking for a request made by `requesting_user`; `old` is the
 /// stored object on update.
 ///
+/// - annotation [`REQUESTED_BY_ANNOTATION`]: on CREATE the requesting user's name, on UPDATE
+///   the stored value (an update cannot drop it).
 /// - `spec.user_id`: the old object's value on update, else the requesting user's name.
 /// - `spec.notifications[*].leadMinutes`: [`DEFAULT_NOTIFICATION_LEAD_MINUTES`].
 /// - label [`RESOURCE_LABEL`]: [`resource_label_value`] of `spec.resource_name`. A value this
@@ -98,6 +145,26 @@ pub fn default_booking(
     requesting_user: &str,
 ) -> Vec<Defaulted> {
     let mut out = Vec::new();
+    // The creator: the requester on CREATE; on UPDATE the stored value, when an update left
+    // it out (server-side apply removes a field its manager no longer sets, and the webhook's
+    // additions count as the applier's).
+    let creator = match old {
+        None => Some(requesting_user).filter(|u| !u.is_empty()),
+        Some(o) => requested_by(&o.metadata),
+    };
+    if let Some(creator) = creator
+        && requested_by(&booking.metadata).is_none()
+    {
+        booking
+            .metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert(REQUESTED_BY_ANNOTATION.to_owned(), creator.to_owned());
+        out.push(Defaulted::new(
+            format!("metadata.annotations.{REQUESTED_BY_ANNOTATION}"),
+            creator,
+        ));
+    }
     if booking.spec.user_id.is_empty() {
         let inherited = old
             .map(|o| o.spec.user_id.as_str())

@@ -40,6 +40,22 @@ pub(super) fn check_user_id(r: &mut Report, field: &str, user: &str) {
                 "{field}: {user:?} is longer than {MAX_TAG_VALUE_LEN} characters, the most an AWS tag value can hold; use a shorter user id"
             ),
         );
+    } else {
+        check_no_control(r, field, user);
+    }
+}
+
+/// Refuses control characters (newlines, escapes, NUL, …) in a field that ends up in AWS tags,
+/// Events, mail headers or logs, where they could forge lines or hide text.
+pub(super) fn check_no_control(r: &mut Report, field: &str, value: &str) {
+    if let Some((at, c)) = value.char_indices().find(|(_, c)| c.is_control()) {
+        r.deny(
+            field,
+            format!(
+                "{field}: {value:?} holds the control character {:?} at byte {at}; remove it (control characters such as newlines and escapes are not allowed here)",
+                c
+            ),
+        );
     }
 }
 
@@ -49,8 +65,33 @@ pub(super) fn check_notifications(
     notifications: &[Notification],
     slot: Option<Slot>,
 ) {
+    if notifications.len() > MAX_NOTIFICATIONS {
+        r.deny(
+            path,
+            format!(
+                "{path}: {} notifications is more than the {MAX_NOTIFICATIONS} a booking may hold; keep at most {MAX_NOTIFICATIONS} (e.g. one mail to a list instead of one per person)",
+                notifications.len()
+            ),
+        );
+    }
     for (i, n) in notifications.iter().enumerate() {
         let at = format!("{path}[{i}]");
+        let field = format!("{at}.recipient");
+        if n.recipient.chars().count() > MAX_RECIPIENT_LEN {
+            r.deny(
+                &field,
+                format!(
+                    "{field}: the recipient is {} characters long, more than the {MAX_RECIPIENT_LEN} allowed; give a shorter address or URL",
+                    n.recipient.chars().count()
+                ),
+            );
+            continue;
+        }
+        let before = r.violations.len();
+        check_no_control(r, &field, &n.recipient);
+        if r.violations.len() > before {
+            continue;
+        }
         match n.type_.as_str() {
             "email" if n.recipient_from.is_some() => r.deny(
                 format!("{at}.recipient_from"),

@@ -595,6 +595,7 @@ fn booking_defaults_fill_absent_fields_only() {
     assert_eq!(
         fields,
         [
+            "metadata.annotations.manager.kotaico.de/requested-by",
             "spec.user_id",
             "spec.notifications[0].leadMinutes",
             "metadata.labels.manager.kotaico.de/resource"
@@ -613,6 +614,8 @@ fn booking_defaults_fill_absent_fields_only() {
 fn booking_defaults_never_rewrite_user_values() {
     let mut b = full_booking(ok_booking());
     b.metadata.labels = Some([(RESOURCE_LABEL.to_owned(), "custom".to_owned())].into());
+    b.metadata.annotations =
+        Some([(REQUESTED_BY_ANNOTATION.to_owned(), "carol".to_owned())].into());
     assert!(default_booking(&mut b, None, "carol").is_empty());
     assert_eq!(b.spec.user_id, "ann");
     assert_eq!(
@@ -1105,4 +1108,96 @@ fn scheduler_validation_is_bounded_for_frequent_and_rare_schedules() {
             "{schedule}: {elapsed:?}"
         );
     }
+}
+
+#[test]
+fn the_requester_is_recorded_on_create_and_can_never_change() {
+    let mut b = full_booking(ok_booking());
+    default_booking(&mut b, None, "carol");
+    assert_eq!(requested_by(&b.metadata), Some("carol"));
+    // An update never records its own requester: one that leaves the annotation out gets the
+    // stored creator back; a stored booking without one stays without.
+    let mut later = full_booking(ok_booking());
+    default_booking(&mut later, Some(&b), "dave");
+    assert_eq!(requested_by(&later.metadata), Some("carol"));
+    let mut unannotated = full_booking(ok_booking());
+    default_booking(&mut unannotated, Some(&full_booking(ok_booking())), "dave");
+    assert_eq!(requested_by(&unannotated.metadata), None);
+    // A create may carry only the requester; an update may not set, change or remove it.
+    assert!(validate_requested_by(Some("carol"), None, "carol").is_ok());
+    assert!(validate_requested_by(None, None, "carol").is_ok());
+    let e = validate_requested_by(Some("mallory"), None, "carol").unwrap_err();
+    assert_eq!(
+        e.fields(),
+        ["metadata.annotations[manager.kotaico.de/requested-by]"]
+    );
+    assert!(
+        e.to_string()
+            .contains("\"mallory\" is not the user making this request (\"carol\")"),
+        "{e}"
+    );
+    assert!(validate_requested_by(Some("carol"), Some(Some("carol")), "dave").is_ok());
+    let e = validate_requested_by(Some("dave"), Some(Some("carol")), "dave").unwrap_err();
+    assert!(e.to_string().contains("created by \"carol\""), "{e}");
+    let e = validate_requested_by(None, Some(Some("carol")), "carol").unwrap_err();
+    assert!(e.to_string().contains("sets it to nothing"), "{e}");
+    assert!(validate_requested_by(Some("x"), Some(None), "x").is_err());
+}
+
+#[test]
+fn notifications_and_ids_are_bounded_and_free_of_control_characters() {
+    let policy = Policy::default();
+    let now = now();
+    let mail = email;
+    let spec = |user: &str, notifications: Vec<Notification>| BookingSpec {
+        user_id: user.into(),
+        notifications,
+        ..ok_booking()
+    };
+    let denied = |s: &BookingSpec| denied(validate_booking(s, &policy, now));
+    let e = denied(&spec(
+        "ann",
+        vec![mail("a@example.com"); MAX_NOTIFICATIONS + 1],
+    ));
+    assert_eq!(e.fields(), ["spec.notifications"]);
+    assert!(
+        e.to_string()
+            .contains("11 notifications is more than the 10"),
+        "{e}"
+    );
+    assert!(
+        validate_booking(
+            &spec("ann", vec![mail("a@example.com"); MAX_NOTIFICATIONS]),
+            &policy,
+            now
+        )
+        .is_ok()
+    );
+    let e = denied(&spec("ann\nInjected: header", vec![]));
+    assert_eq!(e.fields(), ["spec.user_id"]);
+    assert!(
+        e.to_string().contains("control character '\\n' at byte 3"),
+        "{e}"
+    );
+    let e = denied(&spec(
+        "ann",
+        vec![mail("a@example.com\r\nBcc: x@example.com")],
+    ));
+    assert_eq!(e.fields(), ["spec.notifications[0].recipient"]);
+    assert!(e.to_string().contains("control character"), "{e}");
+    let long = format!(
+        "https://hooks.example.com/{}",
+        "a".repeat(MAX_RECIPIENT_LEN)
+    );
+    let e = denied(&spec(
+        "ann",
+        vec![Notification {
+            type_: "webhook".into(),
+            recipient: long,
+            recipient_from: None,
+            lead_minutes: None,
+        }],
+    ));
+    assert_eq!(e.fields(), ["spec.notifications[0].recipient"]);
+    assert!(e.to_string().contains("more than the 2048 allowed"), "{e}");
 }

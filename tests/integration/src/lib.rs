@@ -6,6 +6,7 @@
 pub mod admission_client;
 pub mod campaign;
 pub mod e2e;
+pub mod kubectl;
 pub mod packaging;
 
 use std::path::{Path, PathBuf};

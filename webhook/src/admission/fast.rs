@@ -18,6 +18,7 @@ use serde::{Deserialize, de::DeserializeOwned};
 
 use super::{
     Decision, RequestInfo, ReviewResult, ServedKind, answer, operation_str, validate_booking,
+    validate_requester, validate_resource,
 };
 use crate::state::State;
 
@@ -51,18 +52,19 @@ pub(super) fn validate(state: &State, body: &[u8]) -> Option<Decision> {
     match ServedKind::of(&peek.request?.kind)? {
         // Until the index has synced, the general path answers (503).
         ServedKind::Booking if !state.bookings_synced() => None,
-        ServedKind::Booking => judge::<Booking>(state, body, |state, info, b, now| {
+        ServedKind::Booking => judge::<Booking>(state, body, |state, info, b, old, now| {
+            validate_requester(info, b, old)?;
             validate_booking(state, info, b, now)
         }),
         ServedKind::BookingScheduler => {
-            judge::<BookingScheduler>(state, body, |state, _, s, now| {
+            judge::<BookingScheduler>(state, body, |state, _, s, _, now| {
                 validation::validate_booking_scheduler(&s.spec, &state.policy, now)
             })
         }
-        ServedKind::Resource => judge::<Resource>(state, body, |_, _, r, _| {
-            validation::validate_resource(&r.spec)
+        ServedKind::Resource => judge::<Resource>(state, body, |state, info, r, old, _| {
+            validate_resource(state, info, r, old)
         }),
-        ServedKind::ResourceMonitor => judge::<ResourceMonitor>(state, body, |_, _, m, _| {
+        ServedKind::ResourceMonitor => judge::<ResourceMonitor>(state, body, |_, _, m, _, _| {
             validation::validate_resource_monitor(&m.spec)
         }),
     }
@@ -71,7 +73,13 @@ pub(super) fn validate(state: &State, body: &[u8]) -> Option<Decision> {
 fn judge<K>(
     state: &State,
     body: &[u8],
-    rules: impl FnOnce(&State, &RequestInfo<'_>, &K, chrono::DateTime<chrono::Utc>) -> Outcome,
+    rules: impl FnOnce(
+        &State,
+        &RequestInfo<'_>,
+        &K,
+        Option<&K>,
+        chrono::DateTime<chrono::Utc>,
+    ) -> Outcome,
 ) -> Option<Decision>
 where
     K: kube::Resource + DeserializeOwned + HasSpec,
@@ -83,14 +91,22 @@ where
         api_version: envelope.api_version,
         kind: envelope.kind,
     };
-    let (response, verdict) = if super::exempt(&req, |old, new| old.spec() == new.spec()) {
+    let (response, verdict) = if super::exempt(&req, |old, new| {
+        old.spec() == new.spec() && super::same_requester(old, new)
+    }) {
         (AdmissionResponse::from(&req), ReviewResult::Allowed)
     } else {
         // A review without its object is an error the general path words.
         let object = req.object.as_ref()?;
         answer(
             &req,
-            rules(state, &RequestInfo::of(&req), object, state.now()),
+            rules(
+                state,
+                &RequestInfo::of(&req),
+                object,
+                req.old_object.as_ref(),
+                state.now(),
+            ),
         )
     };
     Some(Decision {
