@@ -233,7 +233,11 @@ pub async fn reconcile(b: Arc<Booking>, ctx: Arc<Context>) -> Result<Action> {
         .views_of(&ObjectRef::new(resource).within(&ns));
     let judgement = judge(&b, &others, resource_exists, ctx.now());
     tracing::debug!(phase = ?judgement.status.status, next = ?judgement.next_boundary, "judged");
-    if write_status(&ctx, b.as_ref(), &judgement.status, None).await? {
+    // Guarded by the version judged: the notification reconciler writes this status too, and a
+    // merge patch replaces `conditions` whole, so a write from a stale read would drop its
+    // condition; a conflict judges the newer version at once (see `drive`).
+    let version = b.metadata.resource_version.as_deref();
+    if write_status(&ctx, b.as_ref(), &judgement.status, version).await? {
         tracing::debug!(phase = ?judgement.status.status, "status written");
         for e in judgement.events {
             ctx.events

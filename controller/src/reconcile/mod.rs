@@ -173,8 +173,7 @@ pub async fn write_status_with<K: HasStatus>(
     Ok(true)
 }
 
-/// The merge patch taking `obj`'s status to `new`; `None` when nothing changes (and no guard
-/// is asked for).
+/// The merge patch taking `obj`'s status to `new`; `None` when nothing changes.
 fn status_patch<K: HasStatus>(
     obj: &K,
     new: &K::Status,
@@ -184,31 +183,14 @@ fn status_patch<K: HasStatus>(
     let old = obj.status().unwrap_or(&default);
     // Both sides serialize to JSON objects, so the patch is one: empty when nothing changed.
     let changes = merge_patch(&serde_json::to_value(old)?, &serde_json::to_value(new)?);
-    if changes.as_object().is_some_and(|m| m.is_empty()) && guard.is_none() {
+    if changes.as_object().is_some_and(|m| m.is_empty()) {
         return Ok(None);
     }
-    // A merge patch replaces an array whole (`conditions`): written from a stale read it would
-    // drop what another writer added meanwhile (the notification reconciler's condition on a
-    // Booking), so such a patch is guarded by the version it was computed from.
-    let guard = guard.or_else(|| {
-        replaces_an_array(&changes)
-            .then_some(obj.meta().resource_version.as_deref())
-            .flatten()
-    });
     let mut patch = serde_json::json!({ "status": changes });
     if let Some(version) = guard {
         patch["metadata"] = serde_json::json!({ "resourceVersion": version });
     }
     Ok(Some(patch))
-}
-
-/// Whether the merge patch `changes` replaces an array somewhere.
-fn replaces_an_array(changes: &Value) -> bool {
-    match changes {
-        Value::Array(_) => true,
-        Value::Object(m) => m.values().any(replaces_an_array),
-        _ => false,
-    }
 }
 
 async fn send_status_patch<K: HasStatus>(
@@ -299,49 +281,6 @@ mod tests {
         let mut applied = serde_json::to_value(&old).unwrap();
         json_patch::merge(&mut applied, &p);
         assert_eq!(applied, serde_json::to_value(&new).unwrap());
-    }
-
-    #[test]
-    fn a_patch_that_replaces_conditions_is_guarded_by_the_version_it_was_computed_from() {
-        use booking_shared::api::Booking;
-        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-        let mut b: Booking = serde_json::from_value(json!({
-            "apiVersion": "manager.kotaico.de/v1", "kind": "Booking",
-            "metadata": {"name": "b", "namespace": "ns", "resourceVersion": "41"},
-            "spec": {"resource_name": "r", "start_at": "2031-01-01T10:00:00Z",
-                     "end_at": "2031-01-01T11:00:00Z"},
-        }))
-        .unwrap();
-        b.status = Some(BookingStatus {
-            status: Some(BookingPhase::Scheduled),
-            ..Default::default()
-        });
-        let phase_only = BookingStatus {
-            status: Some(BookingPhase::InProgress),
-            ..Default::default()
-        };
-        let p = super::status_patch(&b, &phase_only, None).unwrap().unwrap();
-        assert!(
-            p.get("metadata").is_none(),
-            "no array replaced, no guard: {p}"
-        );
-        let with_condition = BookingStatus {
-            conditions: vec![Condition {
-                type_: "Ready".into(),
-                status: "True".into(),
-                reason: "InProgress".into(),
-                message: String::new(),
-                last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-                    "2031-01-01T10:00:00Z".parse().unwrap(),
-                ),
-                observed_generation: None,
-            }],
-            ..phase_only
-        };
-        let p = super::status_patch(&b, &with_condition, None)
-            .unwrap()
-            .unwrap();
-        assert_eq!(p["metadata"], json!({"resourceVersion": "41"}), "{p}");
     }
 
     #[test]

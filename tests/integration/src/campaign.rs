@@ -813,9 +813,11 @@ impl World {
             .env("NAMESPACE", self.cluster.namespace())
             .env("ADMIN_ADDRESS", format!("127.0.0.1:{}", r.admin_port))
             .env("INVENTORY_INTERVAL_SECONDS", "2")
-            // Long enough to outlast an API server restart, so that a running controller's
-            // watches resume from a compacted resourceVersion (410 Gone) and relist.
-            .env("LEASE_DURATION_SECONDS", "10")
+            // A renew deadline long enough to outlast an API server restart on a loaded
+            // machine, so that a running controller keeps leading and its watches resume from a
+            // compacted resourceVersion (410 Gone) and relist.
+            .env("LEASE_DURATION_SECONDS", "20")
+            .env("LEASE_RENEW_DEADLINE_SECONDS", "15")
             .env("LEASE_RENEW_SECONDS", "2")
             .env("POD_NAME", &r.identity)
             .env("SMTP_HOST", "127.0.0.1")

@@ -10,7 +10,7 @@ use std::time::Duration;
 use booking_harness::aws_query::Service;
 use booking_harness::process::Readiness;
 use booking_harness::proxy::{Fault, FaultProxy};
-use booking_shared::api::{Booking, Resource};
+use booking_shared::api::{Booking, Resource, ResourceState};
 use booking_tests::e2e::*;
 use chrono::Utc;
 use kube::api::{Api, PostParams};
@@ -193,6 +193,26 @@ async fn a_monitor_prunes_only_after_n_listings_and_never_a_held_resource() {
         )
         .await
         .unwrap();
+    // Both groups settled first (the held one started, the free one stopped): moto brings a
+    // terminated instance back to life when it is started or stopped afterwards.
+    wait_for("both groups settled", Duration::from_secs(30), || async {
+        let state = |name: &'static str| {
+            let resources = resources.clone();
+            async move {
+                resources
+                    .get(name)
+                    .await
+                    .unwrap()
+                    .status
+                    .and_then(|s| s.status)
+            }
+        };
+        match (state("ec2.held").await, state("ec2.free").await) {
+            (Some(ResourceState::Running), Some(ResourceState::Stopped)) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
     let all: Vec<String> = held_ids.iter().chain(&free_ids).cloned().collect();
     home.terminate_instances()
         .set_instance_ids(Some(all))

@@ -235,6 +235,7 @@ async fn a_leader_told_to_stop_finishes_its_reconcile_then_releases_the_lease() 
         .unwrap();
     let long_lease = [
         ("LEASE_DURATION_SECONDS", "30"),
+        ("LEASE_RENEW_DEADLINE_SECONDS", "20"),
         ("LEASE_RENEW_SECONDS", "1"),
     ];
     let leases: Api<Lease> = Api::namespaced(e.client.clone(), &e.ns);
