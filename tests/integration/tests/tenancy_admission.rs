@@ -525,6 +525,36 @@ async fn only_the_creator_or_a_holder_of_book_for_others_books_for_others() {
         )
         .await;
     assert!(out.ok, "{}", out.stderr);
+
+    // The SubjectAccessReview never answers: refused at the webhook's deadline (2 s), well
+    // within the API server's 10 s webhook timeout, saying so.
+    let proxy = system.proxy.as_ref().unwrap();
+    proxy.clear_faults();
+    proxy.inject(KubeFault::stall(
+        "subjectaccessreviews",
+        Duration::from_secs(60),
+    ));
+    let began = Instant::now();
+    let out = system
+        .user(
+            "gitops",
+            &apply,
+            Some(&booking("during-stall", "cd39ad8bc3", 18, 19).to_string()),
+        )
+        .await;
+    let took = began.elapsed();
+    proxy.clear_faults();
+    assert!(
+        !out.ok,
+        "admitted while the review stalled:\n{}",
+        out.stdout
+    );
+    assert!(
+        out.stderr.contains("did not answer within") && out.stderr.contains("is refused"),
+        "{}",
+        out.stderr
+    );
+    assert!(took < Duration::from_secs(8), "refused after {took:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
