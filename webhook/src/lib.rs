@@ -48,37 +48,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             .context("building the TLS configuration")?,
     );
 
-    let mut config = kube::Config::infer()
-        .await
-        .context("connecting to the Kubernetes API (in-cluster config or KUBECONFIG)")?;
-    // The client's own retries of 429/503/504 (up to 15, minutes apart) would hide a failing
-    // watch from the watchers, which retry with their own backoff and report every failure
-    // (see caches::run_booking_watch).
-    config.default_retry = false;
-    let client = kube::Client::try_from(config).context("building the Kubernetes client")?;
+    let client = client().await?;
     let metrics = Metrics::new();
     let (resources, resource_writer) = caches::resource_store();
-    let mut state = State::new(
-        policy,
-        chrono::Duration::seconds(i64::from(args.policy.reservation_ttl_seconds)),
-        Some(resources),
-        booking_shared::time::system_clock(),
-        metrics.clone(),
-    );
-    state.watch_failure_bound =
-        chrono::Duration::seconds(i64::from(args.server.watch_failure_bound_seconds));
-    state.max_reservations_per_requester = args.policy.max_reservations_per_requester as usize;
-    if args.policy.restrict_user_id {
-        state = state.with_authorizer(authorize::Authorizer::new(
-            client.clone(),
-            std::time::Duration::from_millis(args.policy.authorization_timeout_ms),
-        ));
-        tracing::info!(
-            verb = authorize::VERB,
-            "spec.user_id is restricted to the requester"
-        );
-    }
-    let state = Arc::new(state);
+    let state = Arc::new(state(&args, policy, resources, &client, metrics.clone()));
 
     let admission_listener = TcpListener::bind(args.server.listen_addr)
         .await
@@ -134,6 +107,49 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// The Kubernetes client of the watches and the permission checks.
+async fn client() -> anyhow::Result<kube::Client> {
+    let mut config = kube::Config::infer()
+        .await
+        .context("connecting to the Kubernetes API (in-cluster config or KUBECONFIG)")?;
+    // The client's own retries of 429/503/504 (up to 15, minutes apart) would hide a failing
+    // watch from the watchers, which retry with their own backoff and report every failure
+    // (see caches::run_booking_watch).
+    config.default_retry = false;
+    kube::Client::try_from(config).context("building the Kubernetes client")
+}
+
+/// The webhook's state from its settings.
+fn state(
+    args: &Args,
+    policy: booking_shared::validation::Policy,
+    resources: kube::runtime::reflector::Store<booking_shared::api::Resource>,
+    client: &kube::Client,
+    metrics: Metrics,
+) -> State {
+    let mut state = State::new(
+        policy,
+        chrono::Duration::seconds(i64::from(args.policy.reservation_ttl_seconds)),
+        Some(resources),
+        booking_shared::time::system_clock(),
+        metrics,
+    );
+    state.watch_failure_bound =
+        chrono::Duration::seconds(i64::from(args.server.watch_failure_bound_seconds));
+    state.max_reservations_per_requester = args.policy.max_reservations_per_requester as usize;
+    if args.policy.restrict_user_id {
+        state = state.with_authorizer(authorize::Authorizer::new(
+            client.clone(),
+            std::time::Duration::from_millis(args.policy.authorization_timeout_ms),
+        ));
+        tracing::info!(
+            verb = authorize::VERB,
+            "spec.user_id is restricted to the requester"
+        );
+    }
+    state
 }
 
 /// The drain after SIGTERM: `/readyz` fails at once, so the Service's endpoints drop this

@@ -268,23 +268,33 @@ async fn admit_request(
         }
     };
     let started = std::time::Instant::now();
-    let decision = if let Some(refusal) =
-        admission::authorization_refusal(&state, endpoint, &bytes).await
-    {
+    let decision = judge(&state, endpoint, bytes).await;
+    let response = review_response(StatusCode::OK, &decision);
+    observe(&state, endpoint, &decision, started);
+    Ok(response)
+}
+
+/// The decision on one review body: the permission check of `--restrict-user-id`, then the
+/// rules, a large body's on the blocking pool.
+async fn judge(state: &Arc<State>, endpoint: Endpoint, bytes: Bytes) -> Decision {
+    if let Some(refusal) = admission::authorization_refusal(state, endpoint, &bytes).await {
         refusal
     } else if bytes.len() as u64 > SMALL_BODY_BYTES {
         // Parsing a large body takes long: on the blocking pool, so that the runtime's workers
         // stay free for small reviews (the large-body budget bounds how many run at once).
-        let (state, bytes) = (state.clone(), bytes.clone());
+        let state = state.clone();
         match tokio::task::spawn_blocking(move || admission::admit(&state, endpoint, &bytes)).await
         {
             Ok(decision) => decision,
             Err(e) => Decision::malformed(format!("the review could not be judged: {e}")),
         }
     } else {
-        admission::admit(&state, endpoint, &bytes)
-    };
-    let response = review_response(StatusCode::OK, &decision);
+        admission::admit(state, endpoint, &bytes)
+    }
+}
+
+/// Counts, times and logs one answered review.
+fn observe(state: &State, endpoint: Endpoint, decision: &Decision, started: std::time::Instant) {
     state
         .metrics
         .latency
@@ -316,7 +326,6 @@ async fn admit_request(
         uid,
         "admission review"
     );
-    Ok(response)
 }
 
 /// Serves admission reviews over TLS on `listener` until `shutdown` turns true, then lets open

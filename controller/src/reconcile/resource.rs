@@ -36,38 +36,23 @@ const TRANSITION_RECHECK: chrono::Duration = chrono::Duration::seconds(5);
 #[tracing::instrument(skip_all, fields(namespace, name))]
 pub async fn reconcile(res: Arc<Resource>, ctx: Arc<Context>) -> Result<Action> {
     let (ns, name) = ns_name(res.as_ref())?;
-    let Some(provider) = res.spec.provider_type() else {
-        let status = invalid_type_status(&res, ctx.now());
-        write_status(&ctx, res.as_ref(), &status, None).await?;
-        return Ok(Action::await_change());
+    let key = match inventory_key(&res, &ctx) {
+        Ok(key) => key,
+        Err(status) => {
+            write_status(&ctx, res.as_ref(), &status, None).await?;
+            return Ok(Action::await_change());
+        }
     };
-    let region = res
-        .spec
-        .region
-        .clone()
-        .filter(|r| !r.is_empty())
-        .unwrap_or_else(|| ctx.groups.default_region.clone());
-    // A region outside the operator's allow-list is never called.
-    if let Err(message) = ctx.groups.allowed_regions.check("spec.region", &region) {
-        let status = refused_spec_status(&res, "RegionNotAllowed", &message, ctx.now());
-        write_status(&ctx, res.as_ref(), &status, None).await?;
-        return Ok(Action::await_change());
-    }
-    let key = InventoryKey {
-        kind: provider,
-        region: region.clone(),
-    };
+    let (provider, region) = (key.kind, key.region.clone());
     if let Err(e) = ctx.groups.inventory.ensure(&key).await {
         tracing::warn!(error = %e, "first inventory refresh failed");
     }
     ctx.caches_ready().await;
-    let claimers = ctx.caches.resources.state();
     let other = claim::claimed_elsewhere(
         &res,
-        claimers.iter().map(|r| r.as_ref()),
+        ctx.caches.resources.state().iter().map(|r| r.as_ref()),
         &ctx.groups.default_region,
     );
-    drop(claimers);
     if let Some(refusal) = other {
         // Woken again when the claimer is deleted or leaves the group (see `feeds`).
         claim::refuse(&ctx, &res, &refusal).await?;
@@ -149,6 +134,33 @@ pub async fn reconcile(res: Arc<Resource>, ctx: Arc<Context>) -> Result<Action> 
 }
 
 /// The status of a Resource whose `spec.type` names no provider type. Pure.
+/// The inventory that holds `res`'s group (its type, and its region or the controller's), or
+/// the status refusing it: an unknown type, or a region outside the operator's allow-list
+/// (never called).
+fn inventory_key(
+    res: &Resource,
+    ctx: &Context,
+) -> std::result::Result<InventoryKey, Box<ResourceStatus>> {
+    let Some(kind) = res.spec.provider_type() else {
+        return Err(Box::new(invalid_type_status(res, ctx.now())));
+    };
+    let region = res
+        .spec
+        .region
+        .clone()
+        .filter(|r| !r.is_empty())
+        .unwrap_or_else(|| ctx.groups.default_region.clone());
+    if let Err(message) = ctx.groups.allowed_regions.check("spec.region", &region) {
+        return Err(Box::new(refused_spec_status(
+            res,
+            "RegionNotAllowed",
+            &message,
+            ctx.now(),
+        )));
+    }
+    Ok(InventoryKey { kind, region })
+}
+
 pub fn invalid_type_status(res: &Resource, now: DateTime<Utc>) -> ResourceStatus {
     refused_spec_status(
         res,
