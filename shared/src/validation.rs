@@ -160,7 +160,7 @@ mod scheduler;
 
 pub use booking::*;
 use fields::*;
-pub use fields::{is_object_name, is_region};
+pub use fields::{is_object_name, is_region, redacted_url};
 pub use resource::*;
 pub use scheduler::*;
 

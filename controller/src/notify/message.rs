@@ -170,22 +170,7 @@ fn is_current_webhook_key(rest: &str) -> bool {
             .is_some_and(|(_, host)| !host.contains(['/', '?', '#']))
 }
 
-/// What may be shown of a webhook URL (in Events, conditions, logs and status): its scheme and
-/// host (with the port), never its path or query, which carry the credential of Slack-style
-/// incoming webhooks. `<an unparseable URL>` when it is not a URL.
-pub fn redacted_url(url: &str) -> String {
-    match url.parse::<hyper::Uri>() {
-        Ok(uri) => match (uri.scheme_str(), uri.authority()) {
-            (Some(scheme), Some(authority)) => {
-                // Credentials in the authority (`user:pass@host`) are not shown either.
-                let host = authority.as_str().rsplit('@').next().unwrap_or_default();
-                format!("{scheme}://{host}")
-            }
-            _ => "<a URL without scheme or host>".to_owned(),
-        },
-        Err(_) => "<an unparseable URL>".to_owned(),
-    }
-}
+pub use booking_shared::validation::redacted_url;
 
 /// The recipient of a notification as it may be shown: an email address as written, a
 /// webhook's URL as [`redacted_url`] shows it.

@@ -180,6 +180,23 @@ fn check_recipient_from(r: &mut Report, at: &str, n: &Notification) {
     }
 }
 
+/// What may be shown of a webhook URL (in Events, conditions, logs, status and admission denials): its scheme and
+/// host (with the port), never its path or query, which carry the credential of Slack-style
+/// incoming webhooks. `<an unparseable URL>` when it is not a URL.
+pub fn redacted_url(url: &str) -> String {
+    match url.parse::<http::Uri>() {
+        Ok(uri) => match (uri.scheme_str(), uri.authority()) {
+            (Some(scheme), Some(authority)) => {
+                // Credentials in the authority (`user:pass@host`) are not shown either.
+                let host = authority.as_str().rsplit('@').next().unwrap_or_default();
+                format!("{scheme}://{host}")
+            }
+            _ => "<a URL without scheme or host>".to_owned(),
+        },
+        Err(_) => "<an unparseable URL>".to_owned(),
+    }
+}
+
 pub(super) fn check_webhook_url(r: &mut Report, field: &str, value: &str) {
     let problem = match url::Url::parse(value) {
         Err(e) => Some(format!("it is not a URL ({e})")),
@@ -193,10 +210,7 @@ pub(super) fn check_webhook_url(r: &mut Report, field: &str, value: &str) {
     if let Some(problem) = problem {
         // A webhook URL is a secret (Slack-style URLs carry their credential in the path):
         // a denial, which may be logged or shown in a condition, names only scheme and host.
-        let shown = match url::Url::parse(value) {
-            Ok(u) => format!("{}://{}", u.scheme(), u.host_str().unwrap_or_default()),
-            Err(_) => "<an unparseable URL>".to_owned(),
-        };
+        let shown = redacted_url(value);
         r.deny(
             field,
             format!(
