@@ -178,29 +178,47 @@ pub fn refused_spec_status(
     message: &str,
     now: DateTime<Utc>,
 ) -> ResourceStatus {
-    let old = res
-        .status
-        .as_ref()
-        .map(|s| s.conditions.as_slice())
-        .unwrap_or(&[]);
-    let conditions = [
-        CondSpec::new("Ready", false, reason, message),
-        CondSpec::new("Synced", false, reason, "nothing is observed for this spec"),
-    ];
+    unobserved_status(
+        res,
+        &[
+            CondSpec::new("Ready", false, reason, message),
+            CondSpec::new("Synced", false, reason, "nothing is observed for this spec"),
+        ],
+        now,
+    )
+}
+
+/// The status of a Resource that does not act (its spec refused, its group not its own):
+/// nothing observed or held, `conditions` merged into the stored ones. Pure.
+pub fn unobserved_status(
+    res: &Resource,
+    conditions: &[CondSpec],
+    now: DateTime<Utc>,
+) -> ResourceStatus {
     ResourceStatus {
-        conditions: merge(old, &conditions, res.metadata.generation, now),
+        conditions: merge(
+            stored_conditions(res),
+            conditions,
+            res.metadata.generation,
+            now,
+        ),
         observed_generation: res.metadata.generation,
         ..Default::default()
     }
 }
 
-/// The status from the final plan of a reconcile. Pure.
-pub fn status_of(res: &Resource, p: &Plan, now: DateTime<Utc>) -> ResourceStatus {
-    let old = res
-        .status
+fn stored_conditions(
+    res: &Resource,
+) -> &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition] {
+    res.status
         .as_ref()
         .map(|s| s.conditions.as_slice())
-        .unwrap_or(&[]);
+        .unwrap_or(&[])
+}
+
+/// The status from the final plan of a reconcile. Pure.
+pub fn status_of(res: &Resource, p: &Plan, now: DateTime<Utc>) -> ResourceStatus {
+    let old = stored_conditions(res);
     let s = &p.summary;
     ResourceStatus {
         instances: s.instances,

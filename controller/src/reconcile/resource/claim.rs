@@ -9,7 +9,7 @@ use booking_shared::api::{Resource, ResourceStatus};
 use booking_shared::claims::{claimed_message, first_claimer, group_of};
 use chrono::{DateTime, Utc};
 
-use crate::conditions::{CondSpec, merge};
+use crate::conditions::CondSpec;
 use crate::context::Context;
 use crate::error::Result;
 use crate::model::Member;
@@ -139,20 +139,14 @@ pub fn monitor_refusal(
 /// The status of a refused Resource: nothing observed or held, `Ready` and `GroupClaimed`
 /// False with the refusal. Pure.
 pub fn refused_status(res: &Resource, refusal: &Refusal, now: DateTime<Utc>) -> ResourceStatus {
-    let old = res
-        .status
-        .as_ref()
-        .map(|s| s.conditions.as_slice())
-        .unwrap_or(&[]);
-    let conditions = [
-        CondSpec::new("Ready", false, refusal.reason, &refusal.message),
-        CondSpec::new(CONDITION, false, refusal.reason, &refusal.message),
-    ];
-    ResourceStatus {
-        conditions: merge(old, &conditions, res.metadata.generation, now),
-        observed_generation: res.metadata.generation,
-        ..Default::default()
-    }
+    super::unobserved_status(
+        res,
+        &[
+            CondSpec::new("Ready", false, refusal.reason, &refusal.message),
+            CondSpec::new(CONDITION, false, refusal.reason, &refusal.message),
+        ],
+        now,
+    )
 }
 
 /// Writes the refused status and, when the refusal is new (not already the stored condition),
