@@ -164,16 +164,6 @@ fn busy(state: &State, reason: &'static str, what: &str, limits: &Limits) -> Res
     review_response(StatusCode::SERVICE_UNAVAILABLE, &decision)
 }
 
-/// Answers one request on the admission port (without the in-flight limits of
-/// [`serve_admission`]).
-pub async fn handle_admission(
-    req: Request<Incoming>,
-    state: Arc<State>,
-    limits: Limits,
-) -> Result<Response<Body>, Infallible> {
-    admit_request(req, state, limits).await
-}
-
 /// Takes a place among the requests in flight and, for a large body, room in the large-body
 /// budget (each waited for up to the body deadline, else 503), then answers the request.
 async fn gated_admission(
