@@ -103,14 +103,7 @@ pub async fn reconcile(res: Arc<Resource>, ctx: Arc<Context>) -> Result<Action> 
         now,
     };
     let p = plan(&input);
-    // In dry-run mode the actions come from the simulated group (see `crate::dry_run`).
-    let dry_plan = ctx.dry_run.as_ref().map(|dry| {
-        let simulated = seen.members.as_deref().map(|m| dry.simulated(m));
-        plan(&PlanInput {
-            members: simulated.as_deref(),
-            ..input.clone()
-        })
-    });
+    let dry_plan = simulated_plan(&ctx, &input);
     let acting = dry_plan.as_ref().unwrap_or(&p);
     if !acting.stop.is_empty() && !stop_is_safe(&ctx, &ns, &name, now).await {
         tracing::debug!("a stop waits for the Booking watch to catch up");
@@ -125,27 +118,9 @@ pub async fn reconcile(res: Arc<Resource>, ctx: Arc<Context>) -> Result<Action> 
     forget_settled(&ctx, &p);
     let done = act(&ctx, (&res, provider, &region), members, acting).await;
     report(&ctx, &res, provider, acting, &done).await;
-    // Re-plan with the attempts just made: the status then reports this reconcile's failures,
-    // and no action is repeated (the attempts are newer than the observation).
-    let mut final_plan = if done.acted() {
-        ctx.groups.inventory.request_refresh();
-        let attempts = group_attempts(&ctx, seen.members.as_deref());
-        plan(&PlanInput {
-            attempts: &attempts,
-            ..input
-        })
-    } else {
-        p
-    };
+    let mut final_plan = replanned(&ctx, &done, input, p);
     if let Some(dry) = &dry_plan {
-        // The status shows AWS's real state, and what would be done to it now.
-        let condition = crate::dry_run::condition(provider, &final_plan);
-        final_plan.conditions.push(condition);
-        final_plan.requeue_at = final_plan
-            .requeue_at
-            .into_iter()
-            .chain(dry.requeue_at)
-            .min();
+        dry_run_outcome(provider, &mut final_plan, dry);
     }
     final_plan.conditions.push(claim::held());
     let upcoming = next_holder(&views, &verdicts);
@@ -155,6 +130,45 @@ pub async fn reconcile(res: Arc<Resource>, ctx: Arc<Context>) -> Result<Action> 
         Some(at) => Action::requeue(ctx.until(at)),
         None => Action::await_change(),
     })
+}
+
+/// The plan `p` made again with the attempts just made, when any AWS call was made: the status
+/// then reports this reconcile's failures, and no action is repeated (the attempts are newer
+/// than the observation).
+fn replanned(ctx: &Context, done: &actions::Done, input: PlanInput<'_>, p: Plan) -> Plan {
+    if !done.acted() {
+        return p;
+    }
+    ctx.groups.inventory.request_refresh();
+    let attempts = group_attempts(ctx, input.members);
+    plan(&PlanInput {
+        attempts: &attempts,
+        ..input
+    })
+}
+
+/// In dry-run mode, the plan the reconcile acts on: made from the simulated group (see
+/// `crate::dry_run`), so that a would-be action is reported once; `None` out of dry-run mode.
+fn simulated_plan(ctx: &Context, input: &PlanInput<'_>) -> Option<Plan> {
+    let dry = ctx.dry_run.as_ref()?;
+    let simulated = input.members.map(|m| dry.simulated(m));
+    Some(plan(&PlanInput {
+        members: simulated.as_deref(),
+        ..input.clone()
+    }))
+}
+
+/// In dry-run mode, the final plan (made from AWS's real state, which the status shows) gets
+/// the condition saying what would be done to it now, and wakes at the simulated plan's
+/// instants too. Pure.
+fn dry_run_outcome(provider: ProviderType, final_plan: &mut Plan, simulated: &Plan) {
+    let condition = crate::dry_run::condition(provider, final_plan);
+    final_plan.conditions.push(condition);
+    final_plan.requeue_at = final_plan
+        .requeue_at
+        .into_iter()
+        .chain(simulated.requeue_at)
+        .min();
 }
 
 /// The status of a Resource whose `spec.type` names no provider type. Pure.

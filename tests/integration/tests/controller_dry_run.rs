@@ -144,6 +144,9 @@ async fn dry_run_plans_and_reports_but_writes_nothing_to_aws_and_sends_nothing()
         }
     })
     .await;
+    if let Some((status, message)) = condition(&resources, "ec2.trial", "DryRun").await {
+        println!("condition DryRun={status}: {message}");
+    }
     wait_for("a WouldNotify Event", Duration::from_secs(30), || async {
         match events(&e.client, &e.ns, "WouldNotify").await.as_slice() {
             [] => Err("none yet".into()),
@@ -224,6 +227,15 @@ async fn dry_run_plans_and_reports_but_writes_nothing_to_aws_and_sends_nothing()
             got.iter().all(|(_, _, count)| *count == 1) && got.len() <= 1,
             "{reason} at most once: {got:?}"
         );
+    }
+
+    for reason in ["WouldStart", "WouldStop", "WouldNotify"] {
+        for (kind, note, _) in events(&e.client, &e.ns, reason).await {
+            println!("{reason} on {kind}: {note}");
+        }
+    }
+    if let Some((status, message)) = condition(&resources, "ec2.trial", "DryRun").await {
+        println!("condition DryRun={status}: {message}");
     }
 
     // No AWS write went out: the proxy saw reads only, and moto's instances are untouched.
