@@ -31,6 +31,13 @@ pub struct Args {
     /// Who may claim which AWS group.
     #[clap(flatten)]
     pub tenancy: TenancyArgs,
+    /// Dry-run mode: plan everything and report what would be done (Events `WouldStart`,
+    /// `WouldStop`, `WouldNotify`, the Resource condition `DryRun`, the metric
+    /// `dry_run_actions_total`) without any AWS write and without sending notifications.
+    /// AWS is still read; Kubernetes objects are still written (statuses, Events, the
+    /// Resources of monitors and the Bookings of schedulers).
+    #[arg(long, env = "DRY_RUN")]
+    pub dry_run: bool,
 }
 
 /// Kubernetes scope.
@@ -362,5 +369,11 @@ mod tests {
         off.validate().unwrap();
         off.leader.lease_renew_seconds = 0;
         off.validate().unwrap();
+    }
+
+    #[test]
+    fn dry_run_is_a_flag_and_off_by_default() {
+        assert!(!parse(&[]).dry_run);
+        assert!(parse(&["--dry-run"]).dry_run);
     }
 }

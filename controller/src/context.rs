@@ -15,11 +15,14 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::Store;
 use tokio::sync::{Semaphore, SemaphorePermit};
 
+use crate::aws::dry_run::ReadOnly;
 use crate::aws::executor::Executor;
 use crate::aws::fence::Fenced;
 use crate::aws::inventory::Inventory;
 use crate::aws::sdk::SdkClients;
+use crate::aws::{Ec2Api, RdsApi};
 use crate::backoff::Backoff;
+use crate::dry_run::DryRun;
 use crate::fanout::Synced;
 use crate::index::BookingIndex;
 use crate::leader::Leadership;
@@ -76,6 +79,8 @@ pub struct Settings {
     /// Namespaces allowed to claim groups whose instances carry no namespace tag; empty for
     /// every namespace.
     pub untagged_claim_namespaces: Vec<String>,
+    /// Dry-run mode: no AWS write, no notification sent (see [`crate::dry_run`]).
+    pub dry_run: bool,
 }
 
 /// The caches the reconcilers read, filled by the watches `run` wires.
@@ -143,6 +148,8 @@ pub struct Context {
     pub notification_failures: Mutex<BTreeMap<String, (u32, DateTime<Utc>)>>,
     /// Backoff of failed notifications (30 s doubling to 10 min).
     pub notification_backoff: Backoff,
+    /// The dry run's memory, in dry-run mode; `None` otherwise.
+    pub dry_run: Option<DryRun>,
 }
 
 impl Context {
@@ -161,12 +168,16 @@ impl Context {
             settings.tag_keys.clone(),
             metrics.clone(),
         ));
-        // The executor writes through fenced clients: no AWS write once leadership has ended.
-        let executor = Arc::new(Executor::new(
-            Arc::new(Fenced::new(clients.clone(), settings.leadership.clone())),
-            Arc::new(Fenced::new(clients, settings.leadership)),
-            settings.batch_window,
-        ));
+        // The executor writes through fenced clients: no AWS write once leadership has ended;
+        // in dry-run mode, none at all.
+        let mut ec2: Arc<dyn Ec2Api> =
+            Arc::new(Fenced::new(clients.clone(), settings.leadership.clone()));
+        let mut rds: Arc<dyn RdsApi> = Arc::new(Fenced::new(clients, settings.leadership));
+        if settings.dry_run {
+            ec2 = Arc::new(ReadOnly::new(ec2));
+            rds = Arc::new(ReadOnly::new(rds));
+        }
+        let executor = Arc::new(Executor::new(ec2, rds, settings.batch_window));
         let api_writes = Arc::new(Semaphore::new(match settings.max_concurrent_writes {
             0 => Semaphore::MAX_PERMITS,
             n => n,
@@ -203,7 +214,8 @@ impl Context {
                 prune_after_listings: settings.prune_after_listings,
                 untagged_claim_namespaces: settings.untagged_claim_namespaces,
             },
-            notifiers: settings.notifiers,
+            notifiers: settings.notifiers.dry_run(settings.dry_run),
+            dry_run: settings.dry_run.then(DryRun::default),
             notification_failures: Mutex::default(),
             notification_backoff: Backoff::new(Duration::from_secs(30), Duration::from_secs(600)),
         };

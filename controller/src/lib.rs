@@ -12,6 +12,7 @@ pub mod backoff;
 pub mod conditions;
 pub mod config;
 pub mod context;
+pub mod dry_run;
 pub mod error;
 pub mod fanout;
 pub mod feeds;

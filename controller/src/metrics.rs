@@ -19,6 +19,7 @@ pub struct Metrics {
     refresh_seconds: Family<Labels, Histogram>,
     active_bookings: Gauge,
     leader: Gauge,
+    dry_run_actions: Family<Labels, Counter>,
     registry: std::sync::Arc<Registry>,
 }
 
@@ -74,7 +75,14 @@ impl Metrics {
             "1 while this replica holds the leader Lease and acts, 0 while it stands by",
             leader.clone(),
         );
+        let dry_run_actions = Family::<Labels, Counter>::default();
+        registry.register(
+            "dry_run_actions",
+            "Actions the controller would have made in dry-run mode, by action (start, stop, tag, untag: per member; notify: per notification)",
+            dry_run_actions.clone(),
+        );
         Self {
+            dry_run_actions,
             leader,
             reconciles,
             reconcile_seconds,
@@ -134,6 +142,13 @@ impl Metrics {
         self.leader.set(i64::from(leading));
     }
 
+    /// Counts `n` actions of dry-run mode that were not made.
+    pub fn would(&self, action: crate::dry_run::WouldAction, n: usize) {
+        self.dry_run_actions
+            .get_or_create(&vec![("action", action.as_str().to_owned())])
+            .inc_by(n as u64);
+    }
+
     /// The text exposition.
     pub fn render(&self) -> String {
         let mut out = String::new();
@@ -151,7 +166,12 @@ mod tests {
         m.aws_call("StartInstances", "ok");
         m.reconciled("Resource", 0.01);
         m.refresh_took("ec2", "eu-west-1", 0.02);
+        m.would(crate::dry_run::WouldAction::Start, 2);
         let text = m.render();
+        assert!(
+            text.contains(r#"booking_controller_dry_run_actions_total{action="start"} 2"#),
+            "{text}"
+        );
         assert!(
             text.contains(
                 r#"booking_controller_aws_calls_total{operation="StartInstances",outcome="ok"} 1"#

@@ -170,6 +170,9 @@ pub enum NotifyError {
     /// it may appear later.
     #[error("recipient: {0}")]
     Recipient(String),
+    /// The controller runs in dry-run mode: nothing is sent.
+    #[error("not sent: the controller runs in dry-run mode (DRY_RUN)")]
+    DryRun,
 }
 
 impl NotifyError {
@@ -178,7 +181,8 @@ impl NotifyError {
     pub fn is_transient(&self) -> bool {
         match self {
             Self::Smtp(e) => !e.is_permanent(),
-            Self::Webhook(_) | Self::Recipient(_) => true,
+            // Sent once dry-run mode is off.
+            Self::Webhook(_) | Self::Recipient(_) | Self::DryRun => true,
             Self::UnknownType(_)
             | Self::EmailNotConfigured
             | Self::BadRecipient { .. }
@@ -204,6 +208,7 @@ pub struct Notifiers {
     email: Option<Arc<EmailSender>>,
     http: HttpsClient,
     timeout: StdDuration,
+    dry_run: bool,
 }
 
 /// Configuration that cannot work.
@@ -341,7 +346,18 @@ impl Notifiers {
             email: EmailSender::new(smtp)?.map(Arc::new),
             http: https_client(webhook_roots)?,
             timeout: StdDuration::from_secs(15),
+            dry_run: false,
         })
+    }
+
+    /// These senders, refusing every send when `dry_run` (see [`NotifyError::DryRun`]).
+    pub fn dry_run(self, dry_run: bool) -> Self {
+        Self { dry_run, ..self }
+    }
+
+    /// Whether every send is refused (dry-run mode).
+    pub fn is_dry_run(&self) -> bool {
+        self.dry_run
     }
 
     /// Sends one notification of a booking.
@@ -351,6 +367,9 @@ impl Notifiers {
         notification: &Notification,
         ctx: &NotificationSubject,
     ) -> Result<(), NotifyError> {
+        if self.dry_run {
+            return Err(NotifyError::DryRun);
+        }
         let rendered = render(ctx);
         match notification.type_.as_str() {
             "email" => self.send_email(index, notification, ctx, &rendered).await,

@@ -45,6 +45,11 @@ async fn shutdown_future(mut rx: watch::Receiver<bool>) {
 /// Runs the controller until SIGTERM (Ok) or a fatal error such as a lost Lease (Err).
 pub async fn run(args: Args) -> anyhow::Result<()> {
     args.validate()?;
+    if args.dry_run {
+        tracing::warn!(
+            "dry-run mode: no AWS write (start, stop, lock tags) is made and no notification is sent; Events WouldStart/WouldStop/WouldNotify report what would be done"
+        );
+    }
     let notifiers = notifiers(&args)?;
     let metrics = Metrics::new();
     let ready = Readiness::default();
@@ -112,6 +117,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         allowed_regions: AllowedRegions::new(&args.aws.allowed_regions),
         prune_after_listings: args.aws.prune_after_listings,
         untagged_claim_namespaces: args.tenancy.untagged_claim_namespaces.clone(),
+        dry_run: args.dry_run,
     };
     let ctx = Context::new(
         client.clone(),

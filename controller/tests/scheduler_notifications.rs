@@ -105,6 +105,7 @@ fn context(c: &Cluster, clock: &TestClock, notifiers: Notifiers) -> Arc<Context>
         allowed_regions: Default::default(),
         prune_after_listings: 3,
         untagged_claim_namespaces: Vec::new(),
+        dry_run: false,
     };
     Context::new(
         c.client.clone(),

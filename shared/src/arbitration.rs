@@ -160,6 +160,36 @@ pub fn holder(bookings: &[BookingView], verdicts: &[Verdict]) -> Option<Holder> 
     })
 }
 
+/// The next booking that will hold a Resource: accepted, not started yet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Upcoming {
+    /// The Booking's name.
+    pub booking: String,
+    /// Its user.
+    pub user: String,
+    /// Its start.
+    pub start: DateTime<Utc>,
+}
+
+/// The accepted booking SCHEDULED with the earliest start among `bookings` (all of the
+/// Resource's) and their `verdicts`: the one that will hold the Resource next. A booking that
+/// overlaps an accepted one never holds it and is skipped.
+pub fn next_holder(bookings: &[BookingView], verdicts: &[Verdict]) -> Option<Upcoming> {
+    bookings
+        .iter()
+        .zip(verdicts)
+        .filter(|(b, v)| {
+            v.phase == Some(BookingPhase::Scheduled) && v.conflicts_with.is_none() && !b.deleting
+        })
+        .filter_map(|(b, _)| b.slot.as_ref().ok().map(|slot| (b, slot.start)))
+        .min_by_key(|(b, start)| (*start, b.precedence()))
+        .map(|(b, start)| Upcoming {
+            booking: b.name.clone(),
+            user: b.user.clone(),
+            start,
+        })
+}
+
 /// The earliest phase change among `verdicts`, if any.
 pub fn next_boundary(verdicts: &[Verdict]) -> Option<DateTime<Utc>> {
     verdicts.iter().filter_map(|v| v.next_boundary).min()
@@ -185,6 +215,29 @@ mod tests {
     }
 
     use BookingPhase::*;
+
+    #[test]
+    fn the_next_holder_is_the_earliest_accepted_booking_not_started() {
+        let mut rejected = b("rejected", t(8, 0), (11, 0), (11, 30));
+        rejected.created = Some(t(9, 30));
+        let mut deleting = b("deleting", t(8, 0), (10, 30), (10, 45));
+        deleting.deleting = true;
+        let bookings = vec![
+            b("now", t(8, 0), (9, 0), (10, 0)),
+            b("later", t(8, 1), (12, 0), (13, 0)),
+            b("next", t(8, 2), (11, 0), (12, 0)),
+            rejected,
+            deleting,
+        ];
+        let at = |now| next_holder(&bookings, &arbitrate(&bookings, now));
+        let next = at(t(9, 30)).unwrap();
+        assert_eq!(
+            (next.booking.as_str(), next.user.as_str(), next.start),
+            ("next", "user-next", t(11, 0))
+        );
+        assert_eq!(at(t(11, 30)).unwrap().booking, "later");
+        assert_eq!(at(t(12, 0)), None);
+    }
 
     #[test]
     fn phases_follow_the_clock_and_arbitration() {

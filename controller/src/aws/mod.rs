@@ -5,6 +5,7 @@
 //! Pagination, batching, retries of single members and the hibernation fallback live above the
 //! traits, so they are the same for the SDK and for fakes.
 
+pub mod dry_run;
 pub mod executor;
 pub mod fence;
 pub mod inventory;

@@ -122,6 +122,19 @@ pub async fn reconcile(b: Arc<Booking>, ctx: Arc<Context>) -> Result<Action> {
     if let Some(not_before) = backing_off(&ctx, &uid, now) {
         return Ok(Action::requeue(ctx.until(not_before.min(slot.end))));
     }
+    if let Some(dry) = &ctx.dry_run {
+        let due = due(
+            &b.spec.notifications,
+            &status.notifications_sent,
+            &slot,
+            now,
+        );
+        would_notify(&ctx, dry, &b, &slot, &due).await;
+        return Ok(match due.next {
+            Some(at) => Action::requeue(ctx.until(at.min(slot.end))),
+            None => Action::await_change(),
+        });
+    }
     // The watch cache may lag behind this reconciler's own last status patch. Before anything
     // is sent, read the booking from the API server, so a notification recorded a moment ago is
     // never sent again; the claim is guarded by that read's resourceVersion.
@@ -272,6 +285,36 @@ async fn send_due(
         }
     }
     (errors, retry)
+}
+
+/// Dry-run mode: a Normal Event `WouldNotify` for each due notification, once per booking and
+/// notification; nothing is sent or recorded as sent, so that the notifications still due when
+/// dry-run mode is turned off are sent then.
+async fn would_notify(
+    ctx: &Context,
+    dry: &crate::dry_run::DryRun,
+    b: &Booking,
+    slot: &Slot,
+    due: &Due,
+) {
+    let uid = b.uid().unwrap_or_default();
+    for (index, key) in &due.now {
+        if !dry.first_notification(&uid, key) {
+            continue;
+        }
+        let n = &b.spec.notifications[*index];
+        let note = format!(
+            "dry-run mode: would send the {} notification to {} (booking ends at {}); nothing was sent",
+            n.type_,
+            shown_recipient(n),
+            format_rfc3339(slot.end)
+        );
+        tracing::info!(notification = %key, "dry-run mode: notification not sent");
+        ctx.metrics.would(crate::dry_run::WouldAction::Notify, 1);
+        ctx.events
+            .publish(b, false, "WouldNotify", "Notify", note)
+            .await;
+    }
 }
 
 /// `n` with its recipient read from the Secret `recipient_from` names (in the booking's

@@ -9,7 +9,10 @@
 use std::sync::Arc;
 
 use booking_shared::api::{ProviderType, Resource, ResourceStatus, unsupported_type_message};
-use booking_shared::arbitration::{Verdict, arbitrate, holder, next_boundary};
+use booking_shared::arbitration::{
+    Upcoming, Verdict, arbitrate, holder, next_boundary, next_holder,
+};
+use booking_shared::time::format_rfc3339;
 use chrono::{DateTime, Utc};
 
 use kube::runtime::controller::Action;
@@ -100,7 +103,9 @@ pub async fn reconcile(res: Arc<Resource>, ctx: Arc<Context>) -> Result<Action> 
         now,
     };
     let p = plan(&input);
-    if !p.stop.is_empty() && !stop_is_safe(&ctx, &ns, &name, now).await {
+    let dry_plan = simulated_plan(&ctx, &input);
+    let acting = dry_plan.as_ref().unwrap_or(&p);
+    if !acting.stop.is_empty() && !stop_is_safe(&ctx, &ns, &name, now).await {
         tracing::debug!("a stop waits for the Booking watch to catch up");
         return Ok(Action::requeue(std::time::Duration::from_secs(1)));
     }
@@ -111,26 +116,59 @@ pub async fn reconcile(res: Arc<Resource>, ctx: Arc<Context>) -> Result<Action> 
     }
     let members = seen.members.as_deref().unwrap_or(&[]);
     forget_settled(&ctx, &p);
-    let done = act(&ctx, provider, &region, members, &p).await;
-    report(&ctx, &res, provider, &p, &done).await;
-    // Re-plan with the attempts just made: the status then reports this reconcile's failures,
-    // and no action is repeated (the attempts are newer than the observation).
-    let mut final_plan = if done.acted() {
-        ctx.groups.inventory.request_refresh();
-        let attempts = group_attempts(&ctx, seen.members.as_deref());
-        plan(&PlanInput {
-            attempts: &attempts,
-            ..input
-        })
-    } else {
-        p
-    };
+    let done = act(&ctx, (&res, provider, &region), members, acting).await;
+    report(&ctx, &res, provider, acting, &done).await;
+    let mut final_plan = replanned(&ctx, &done, input, p);
+    if let Some(dry) = &dry_plan {
+        dry_run_outcome(provider, &mut final_plan, dry);
+    }
     final_plan.conditions.push(claim::held());
-    write_status(&ctx, res.as_ref(), &status_of(&res, &final_plan, now), None).await?;
+    let upcoming = next_holder(&views, &verdicts);
+    let status = status_of(&res, &final_plan, upcoming.as_ref(), now);
+    write_status(&ctx, res.as_ref(), &status, None).await?;
     Ok(match next_wake(&final_plan, &verdicts, provider, now) {
         Some(at) => Action::requeue(ctx.until(at)),
         None => Action::await_change(),
     })
+}
+
+/// The plan `p` made again with the attempts just made, when any AWS call was made: the status
+/// then reports this reconcile's failures, and no action is repeated (the attempts are newer
+/// than the observation).
+fn replanned(ctx: &Context, done: &actions::Done, input: PlanInput<'_>, p: Plan) -> Plan {
+    if !done.acted() {
+        return p;
+    }
+    ctx.groups.inventory.request_refresh();
+    let attempts = group_attempts(ctx, input.members);
+    plan(&PlanInput {
+        attempts: &attempts,
+        ..input
+    })
+}
+
+/// In dry-run mode, the plan the reconcile acts on: made from the simulated group (see
+/// `crate::dry_run`), so that a would-be action is reported once; `None` out of dry-run mode.
+fn simulated_plan(ctx: &Context, input: &PlanInput<'_>) -> Option<Plan> {
+    let dry = ctx.dry_run.as_ref()?;
+    let simulated = input.members.map(|m| dry.simulated(m));
+    Some(plan(&PlanInput {
+        members: simulated.as_deref(),
+        ..input.clone()
+    }))
+}
+
+/// In dry-run mode, the final plan (made from AWS's real state, which the status shows) gets
+/// the condition saying what would be done to it now, and wakes at the simulated plan's
+/// instants too. Pure.
+fn dry_run_outcome(provider: ProviderType, final_plan: &mut Plan, simulated: &Plan) {
+    let condition = crate::dry_run::condition(provider, final_plan);
+    final_plan.conditions.push(condition);
+    final_plan.requeue_at = final_plan
+        .requeue_at
+        .into_iter()
+        .chain(simulated.requeue_at)
+        .min();
 }
 
 /// The status of a Resource whose `spec.type` names no provider type. Pure.
@@ -216,8 +254,14 @@ fn stored_conditions(
         .unwrap_or(&[])
 }
 
-/// The status from the final plan of a reconcile. Pure.
-pub fn status_of(res: &Resource, p: &Plan, now: DateTime<Utc>) -> ResourceStatus {
+/// The status from the final plan of a reconcile and the next booking that will hold the
+/// Resource (`upcoming`, from arbitration). Pure.
+pub fn status_of(
+    res: &Resource,
+    p: &Plan,
+    upcoming: Option<&Upcoming>,
+    now: DateTime<Utc>,
+) -> ResourceStatus {
     let old = stored_conditions(res);
     let s = &p.summary;
     ResourceStatus {
@@ -229,6 +273,9 @@ pub fn status_of(res: &Resource, p: &Plan, now: DateTime<Utc>) -> ResourceStatus
         active_booking: s.active_booking.clone(),
         active_user: s.holder_user.clone(),
         active_until: s.holder_until.clone(),
+        next_booking: upcoming.map(|u| u.booking.clone()),
+        next_booking_start: upcoming.map(|u| format_rfc3339(u.start)),
+        next_booking_user: upcoming.map(|u| u.user.clone()),
         conditions: merge(old, &p.conditions, res.metadata.generation, now),
         observed_generation: res.metadata.generation,
     }
@@ -414,9 +461,26 @@ mod tests {
             )],
             ..Default::default()
         };
-        let s = status_of(&resource("ec2"), &p, now);
+        let next = Upcoming {
+            booking: "b2".into(),
+            user: "bob".into(),
+            start: at("2031-01-10T12:00:00Z"),
+        };
+        let s = status_of(&resource("ec2"), &p, Some(&next), now);
         assert_eq!((s.instances, s.running), (2, 1));
         assert_eq!(s.active_user.as_deref(), Some("ann"));
+        assert_eq!(
+            (
+                s.next_booking.as_deref(),
+                s.next_booking_start.as_deref(),
+                s.next_booking_user.as_deref()
+            ),
+            (Some("b2"), Some("2031-01-10T12:00:00Z"), Some("bob"))
+        );
+        assert_eq!(
+            status_of(&resource("ec2"), &p, None, now).next_booking,
+            None
+        );
         assert_eq!(s.conditions[0].reason, "Starting");
         assert_eq!(
             why(&summary),

@@ -19,8 +19,11 @@ use super::*;
     category = "resourcebooking",
     printcolumn = r#"{"name":"TYPE","type":"string","jsonPath":".spec.type","priority":1}"#,
     printcolumn = r#"{"name":"TAG","type":"string","jsonPath":".spec.tag","priority":1}"#,
-    printcolumn = r#"{"name":"LOCKED BY","type":"string","jsonPath":".status.locked_by"}"#,
-    printcolumn = r#"{"name":"LOCKED UNTIL","type":"string","jsonPath":".status.locked_until"}"#,
+    printcolumn = r#"{"name":"HELD BY","type":"string","jsonPath":".status.activeUser"}"#,
+    printcolumn = r#"{"name":"UNTIL","type":"string","jsonPath":".status.activeUntil"}"#,
+    printcolumn = r#"{"name":"NEXT","type":"string","jsonPath":".status.nextBookingStart"}"#,
+    printcolumn = r#"{"name":"LOCKED BY","type":"string","jsonPath":".status.locked_by","priority":1}"#,
+    printcolumn = r#"{"name":"LOCKED UNTIL","type":"string","jsonPath":".status.locked_until","priority":1}"#,
     printcolumn = r#"{"name":"INSTANCES","type":"integer","jsonPath":".status.instances"}"#,
     printcolumn = r#"{"name":"RUNNING","type":"integer","jsonPath":".status.running"}"#,
     printcolumn = r#"{"name":"STATUS","type":"string","jsonPath":".status.status"}"#,
@@ -118,7 +121,29 @@ pub struct ResourceStatus {
         skip_serializing_if = "Option::is_none"
     )]
     pub active_until: Option<String>,
-    /// Standard conditions (`Ready`, `Synced`, `LockedByOther`, `Degraded`, `GroupClaimed`).
+    /// Name of the next Booking that will hold the Resource (accepted, not started yet).
+    #[serde(
+        rename = "nextBooking",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub next_booking: Option<String>,
+    /// Start (RFC 3339) of the next Booking that will hold the Resource.
+    #[serde(
+        rename = "nextBookingStart",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub next_booking_start: Option<String>,
+    /// User of the next Booking that will hold the Resource.
+    #[serde(
+        rename = "nextBookingUser",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub next_booking_user: Option<String>,
+    /// Standard conditions (`Ready`, `Synced`, `LockedByOther`, `Degraded`, `GroupClaimed`,
+    /// `DryRun` in dry-run mode).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
     /// The `metadata.generation` this status was computed from.

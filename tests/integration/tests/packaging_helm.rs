@@ -536,3 +536,18 @@ fn helm_notification_secrets_grant_get_of_named_secrets_only() {
     let e = helm(&["--set", "notificationSecrets[0].namespace=team-a"]).unwrap_err();
     assert!(e.contains("notificationSecrets[0].names"), "{e}");
 }
+
+/// `controller.dryRun` sets the controller's `DRY_RUN`; off (absent) by default.
+#[test]
+fn helm_controller_dry_run_value_sets_dry_run() {
+    let controller = |args: &[&str]| {
+        let objects = helm_ok(args);
+        env_of(&deployment(
+            &objects,
+            "rbo-resource-booking-operator-controller",
+        ))
+    };
+    assert!(!controller(&[]).contains_key("DRY_RUN"));
+    let env = controller(&["--set", "controller.dryRun=true"]);
+    assert_eq!(env["DRY_RUN"].value.as_deref(), Some("true"));
+}

@@ -254,8 +254,9 @@ fn crds_have_names_columns_and_descriptions() {
     assert_eq!(
         cols("Resource"),
         [
-            "LOCKED BY",
-            "LOCKED UNTIL",
+            "HELD BY",
+            "UNTIL",
+            "NEXT",
             "INSTANCES",
             "RUNNING",
             "STATUS",

@@ -8,6 +8,7 @@ use chrono::{DateTime, Utc};
 
 use crate::aws::executor::{Outcomes, Target};
 use crate::context::Context;
+use crate::dry_run::{DryRun, WouldAction, tag_list};
 use crate::model::Member;
 use crate::plan::{Attempt, Op, Plan};
 
@@ -43,13 +44,18 @@ impl Done {
 /// Sends the plan's AWS calls. The lock tags, the start and the stop go out together, before any
 /// Event is written: a start joins the executor's batch window at once, with the starts of every
 /// other Resource booked for the same instant. Records the attempts of starts and stops.
+///
+/// In dry-run mode nothing is sent: [`would_act`] reports the calls instead.
 pub(super) async fn act(
     ctx: &Context,
-    provider: ProviderType,
-    region: &str,
+    (res, provider, region): (&Resource, ProviderType, &str),
     members: &[Member],
     p: &Plan,
 ) -> Done {
+    if let Some(dry) = &ctx.dry_run {
+        would_act(ctx, dry, res, provider, p).await;
+        return Done::default();
+    }
     let exec = &ctx.groups.executor;
     let target = |id: &str| Target {
         id: id.to_owned(),
@@ -102,6 +108,72 @@ pub(super) async fn act(
         started,
         stopped,
         unlocked,
+    }
+}
+
+/// Dry-run mode: the Events `WouldStart`, `WouldStop` (naming the lock tags that would be
+/// written or removed with them), `WouldLock` and `WouldUnlock` for the calls of `p`, which was
+/// made from the simulated group, and the metric; then the calls are remembered as made, so
+/// that each is reported once, not at every reconcile.
+async fn would_act(ctx: &Context, dry: &DryRun, res: &Resource, provider: ProviderType, p: &Plan) {
+    let why = why(&p.summary);
+    let lock = (!p.lock.ids.is_empty()).then(|| {
+        format!(
+            "write the lock tags {} on {}",
+            tag_list(&p.lock.tags),
+            p.lock.ids.join(", ")
+        )
+    });
+    let unlock = (!p.unlock.is_empty()).then(|| {
+        let each: Vec<String> = p
+            .unlock
+            .iter()
+            .map(|(id, keys)| format!("{} from {id}", keys.join(", ")))
+            .collect();
+        format!("remove the lock tags {}", each.join("; "))
+    });
+    let with = |extra: &Option<String>| {
+        extra
+            .as_ref()
+            .map_or(String::new(), |e| format!(" and {e}"))
+    };
+    let mut events = Vec::new();
+    if !p.start.is_empty() {
+        let what = format!("start {provider} {}{}", p.start.join(", "), with(&lock));
+        events.push(("WouldStart", "Start", what));
+    } else if let Some(lock) = &lock {
+        events.push(("WouldLock", "Tag", lock.clone()));
+    }
+    if !p.stop.is_empty() {
+        let how = if p.hibernate {
+            " (hibernating where supported)"
+        } else {
+            ""
+        };
+        let what = format!(
+            "stop {provider} {}{how}{}",
+            p.stop.join(", "),
+            with(&unlock)
+        );
+        events.push(("WouldStop", "Stop", what));
+    } else if let Some(unlock) = &unlock {
+        events.push(("WouldUnlock", "Untag", unlock.clone()));
+    }
+    for (action, n) in [
+        (WouldAction::Start, p.start.len()),
+        (WouldAction::Stop, p.stop.len()),
+        (WouldAction::Tag, p.lock.ids.len()),
+        (WouldAction::Untag, p.unlock.len()),
+    ] {
+        if n > 0 {
+            ctx.metrics.would(action, n);
+        }
+    }
+    dry.record(provider, p);
+    for (reason, action, what) in events {
+        tracing::info!(reason, %what, %why, "dry-run mode: not sent to AWS");
+        let note = format!("dry-run mode: would {what} ({why}); nothing was sent to AWS");
+        ctx.events.publish(res, false, reason, action, note).await;
     }
 }
 
