@@ -220,6 +220,7 @@ fn stored_conditions(
 pub fn status_of(res: &Resource, p: &Plan, now: DateTime<Utc>) -> ResourceStatus {
     let old = stored_conditions(res);
     let s = &p.summary;
+    let rds = res.spec.provider_type() == Some(ProviderType::Rds);
     ResourceStatus {
         instances: s.instances,
         running: s.running,
@@ -230,6 +231,8 @@ pub fn status_of(res: &Resource, p: &Plan, now: DateTime<Utc>) -> ResourceStatus
         active_user: s.holder_user.clone(),
         active_until: s.holder_until.clone(),
         conditions: merge(old, &p.conditions, res.metadata.generation, now),
+        clusters: rds.then_some(s.clusters),
+        clusters_running: rds.then_some(s.clusters_running),
         observed_generation: res.metadata.generation,
     }
 }
