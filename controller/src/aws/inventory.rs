@@ -651,7 +651,7 @@ mod tests {
                 ],
             ],
             clusters: vec![
-                vec![cluster("foreign", None)],
+                vec![cluster("foreign", None), cluster("solo", Some("solo"))],
                 vec![cluster("aurora", Some("a"))],
             ],
             calls: StdMutex::new(vec![]),
@@ -691,9 +691,10 @@ mod tests {
         // untagged cluster are not kept, its tagged member is (to be reported).
         assert_eq!(ids, ["aurora", "aurora-1", "aurora-2", "plain", "tagged-1"]);
         assert!(!snap.members.iter().any(|m| m.id.starts_with("foreign")));
+        // A group of a cluster alone is found too (a ResourceMonitor creates its Resource).
         assert_eq!(
             snap.groups(inv.keys()).into_iter().collect::<Vec<_>>(),
-            ["a"]
+            ["a", "solo"]
         );
     }
 }

@@ -419,6 +419,17 @@ mod tests {
         };
         let s = status_of(&resource("ec2"), &p, now);
         assert_eq!((s.instances, s.running), (2, 1));
+        assert_eq!((s.clusters, s.clusters_running), (None, None), "rds only");
+        let aurora = Plan {
+            summary: Summary {
+                clusters: 2,
+                clusters_running: 1,
+                ..summary.clone()
+            },
+            ..p.clone()
+        };
+        let s = status_of(&resource("rds"), &aurora, now);
+        assert_eq!((s.clusters, s.clusters_running), (Some(2), Some(1)));
         assert_eq!(s.active_user.as_deref(), Some("ann"));
         assert_eq!(s.conditions[0].reason, "Starting");
         assert_eq!(
