@@ -120,7 +120,8 @@ pub struct ResourceStatus {
         skip_serializing_if = "Option::is_none"
     )]
     pub active_until: Option<String>,
-    /// Standard conditions (`Ready`, `Synced`, `LockedByOther`, `Degraded`, `GroupClaimed`).
+    /// Standard conditions (`Ready`, `Synced`, `LockedByOther`, `Degraded`, `GroupClaimed`;
+    /// `UntaggedCluster` while a tagged DB instance belongs to an Aurora cluster outside the group).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
     /// `rds` only: number of Aurora DB clusters carrying the Resource's tag (started and

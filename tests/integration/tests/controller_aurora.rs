@@ -6,7 +6,8 @@
 //! them tagged too), a plain DB instance, and a tagged DB instance of an untagged cluster. A
 //! booking starts the cluster with StartDBCluster and the plain instance with StartDBInstance; its
 //! end stops them; no instance of a cluster is ever started or stopped alone, and the untagged
-//! cluster is never touched but reported in the `UntaggedCluster` condition.
+//! cluster is never touched but reported in the `UntaggedCluster` condition. A ResourceMonitor
+//! creates the group's Resource, and that of a group made of one cluster alone.
 //!
 //! moto 5.2.5 differs from AWS in one way that matters here: StartDBCluster/StopDBCluster change
 //! the cluster's status but not (or, for stop, only the first of) its DB instances' statuses.
@@ -20,10 +21,12 @@ use aws_sdk_rds::types::Tag;
 use booking_harness::moto;
 use booking_harness::process::Readiness;
 use booking_harness::proxy::FaultProxy;
-use booking_shared::api::{Booking, Resource, ResourceState, ResourceStatus};
+use booking_shared::api::{
+    Booking, Resource, ResourceMonitor, ResourceMonitorSpec, ResourceState, ResourceStatus,
+};
 use booking_tests::e2e::*;
 use chrono::Utc;
-use kube::api::{Api, PostParams};
+use kube::api::{Api, ObjectMeta, PostParams};
 
 const TAG: &str = "ledger";
 
@@ -163,6 +166,24 @@ async fn a_booking_starts_and_stops_an_aurora_cluster_as_a_whole_with_its_group(
     .await;
     // A tagged DB instance whose cluster does not carry the group's tags.
     aurora(&rds, "bare", false, &[("bare-1", true)]).await;
+    // A group of one cluster alone (tagged `solo`, its instance not): a monitor finds it.
+    let solo_tags = vec![
+        Tag::builder()
+            .key("resource-booking/managed")
+            .value("true")
+            .build(),
+        Tag::builder()
+            .key("resource-booking/application")
+            .value("solo")
+            .build(),
+    ];
+    let solo_arn = aurora(&rds, "solo", false, &[("solo-1", false)]).await;
+    rds.add_tags_to_resource()
+        .resource_name(&solo_arn)
+        .set_tags(Some(solo_tags))
+        .send()
+        .await
+        .expect("AddTagsToResource on the solo cluster");
     let managed = [
         ("resource-booking/managed", "true"),
         ("resource-booking/application", TAG),
@@ -201,10 +222,65 @@ async fn a_booking_starts_and_stops_an_aurora_cluster_as_a_whole_with_its_group(
     let resources: Api<Resource> = Api::namespaced(e.client.clone(), &e.ns);
     let bookings: Api<Booking> = Api::namespaced(e.client.clone(), &e.ns);
     let pp = PostParams::default();
-    resources
-        .create(&pp, &resource("rds.ledger", "rds", TAG, None))
+    // A ResourceMonitor creates the Resources of both groups, the cluster-only one included.
+    let monitors: Api<ResourceMonitor> = Api::namespaced(e.client.clone(), &e.ns);
+    monitors
+        .create(
+            &pp,
+            &ResourceMonitor {
+                metadata: ObjectMeta {
+                    name: Some("rds".into()),
+                    ..Default::default()
+                },
+                spec: ResourceMonitorSpec {
+                    type_: "rds".into(),
+                    ..Default::default()
+                },
+                status: None,
+            },
+        )
         .await
         .unwrap();
+    wait_for(
+        "the monitor's Resources",
+        Duration::from_secs(30),
+        || async {
+            let names: Vec<String> = resources
+                .list(&Default::default())
+                .await
+                .map_err(|e| e.to_string())?
+                .items
+                .into_iter()
+                .filter_map(|r| r.metadata.name)
+                .collect();
+            if names.iter().any(|n| n == "rds.ledger") && names.iter().any(|n| n == "rds.solo") {
+                Ok(())
+            } else {
+                Err(format!("{names:?}"))
+            }
+        },
+    )
+    .await;
+    // Its Resource, unbooked, stops the solo cluster and counts it.
+    wait_for(
+        "the solo cluster stopped",
+        Duration::from_secs(30),
+        || async {
+            let s = resources
+                .get("rds.solo")
+                .await
+                .ok()
+                .and_then(|r| r.status)
+                .unwrap_or_default();
+            let c = cluster_status(&rds, "solo").await;
+            if c == "stopped" && (s.instances, s.clusters) == (1, Some(1)) {
+                Ok(())
+            } else {
+                Err(format!("cluster {c}, status {s:?}"))
+            }
+        },
+    )
+    .await;
 
     // Unbooked: counted, nothing started; the untagged cluster is named with the fix.
     // (bare-1 runs, so the group is PENDING.)
@@ -338,9 +414,11 @@ async fn a_booking_starts_and_stops_an_aurora_cluster_as_a_whole_with_its_group(
         [vec!["ledger".to_string()]],
         "{calls:?}"
     );
+    let mut stops = of("StopDBCluster");
+    stops.sort();
     assert_eq!(
-        of("StopDBCluster"),
-        [vec!["ledger".to_string()]],
+        stops,
+        [vec!["ledger".to_string()], vec!["solo".to_string()]],
         "{calls:?}"
     );
     assert_eq!(
