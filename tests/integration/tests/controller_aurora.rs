@@ -4,8 +4,8 @@
 //!
 //! One `rds` group holds a tagged Aurora cluster (aurora-postgresql, two DB instances, one of
 //! them tagged too), a plain DB instance, and a tagged DB instance of an untagged cluster. A
-//! booking starts the cluster with StartDBCluster and the plain instance with StartDBInstance; its
-//! end stops them; no instance of a cluster is ever started or stopped alone, and the untagged
+//! booking starts the cluster with StartDBCluster (retried after AWS first refuses it with
+//! `InvalidDBClusterStateFault`) and the plain instance with StartDBInstance; its end stops them; no instance of a cluster is ever started or stopped alone, and the untagged
 //! cluster is never touched but reported in the `UntaggedCluster` condition. A ResourceMonitor
 //! creates the group's Resource, and that of a group made of one cluster alone.
 //!
@@ -18,15 +18,17 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use aws_sdk_rds::types::Tag;
+use booking_harness::aws_query::Service;
 use booking_harness::moto;
 use booking_harness::process::Readiness;
-use booking_harness::proxy::FaultProxy;
+use booking_harness::proxy::{AwsError as ProxyAwsError, Fault, FaultProxy};
 use booking_shared::api::{
     Booking, Resource, ResourceMonitor, ResourceMonitorSpec, ResourceState, ResourceStatus,
 };
 use booking_tests::e2e::*;
 use chrono::Utc;
-use kube::api::{Api, ObjectMeta, PostParams};
+use k8s_openapi::api::core::v1::Event;
+use kube::api::{Api, ListParams, ObjectMeta, PostParams};
 
 const TAG: &str = "ledger";
 
@@ -311,9 +313,22 @@ async fn a_booking_starts_and_stops_an_aurora_cluster_as_a_whole_with_its_group(
         );
     }
 
-    // Booked: the cluster starts as a whole, the plain instance with it, both locked.
+    // Booked: the cluster starts as a whole, the plain instance with it, both locked. AWS
+    // first refuses the cluster's start (a cluster-level state error): retried after backoff.
+    proxy.inject(
+        Fault::new(
+            "StartDBCluster",
+            ProxyAwsError::new(
+                Service::Rds,
+                400,
+                "InvalidDBClusterStateFault",
+                "DbCluster ledger is in stopping state but expected it to be one of stopped.",
+            ),
+        )
+        .for_resource("ledger"),
+    );
     let now = Utc::now();
-    let end = now + chrono::Duration::seconds(40);
+    let end = now + chrono::Duration::seconds(45);
     bookings
         .create(&pp, &booking("close-books", "rds.ledger", now, end))
         .await
@@ -353,6 +368,22 @@ async fn a_booking_starts_and_stops_an_aurora_cluster_as_a_whole_with_its_group(
         "lock tags on the cluster: {tags:?}"
     );
     assert_eq!(cluster_status(&rds, "bare").await, "available");
+    let events: Api<Event> = Api::namespaced(e.client.clone(), &e.ns);
+    let failed: Vec<String> = events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|ev| ev.reason.as_deref() == Some("StartFailed"))
+        .filter_map(|ev| ev.message)
+        .collect();
+    assert!(
+        failed
+            .iter()
+            .any(|m| m.contains("ledger: InvalidDBClusterStateFault")),
+        "{failed:?}"
+    );
 
     // The booking's end stops them and removes the lock.
     wait_for(
@@ -432,5 +463,6 @@ async fn a_booking_starts_and_stops_an_aurora_cluster_as_a_whole_with_its_group(
         "{calls:?}"
     );
     assert!(proxy.count("AddTagsToResource") >= 2, "{calls:?}");
+    assert!(proxy.pending_faults().is_empty(), "the refusal was served");
     controller.stop().expect("stop");
 }
