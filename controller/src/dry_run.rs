@@ -180,6 +180,8 @@ mod tests {
             state: state.into(),
             state_reason: None,
             tags: [("app".to_owned(), "x".to_owned())].into(),
+            db_cluster: None,
+            is_cluster: false,
         }
     }
 

@@ -7,6 +7,9 @@
 //!   hold an unexpired manual booking; otherwise stopped.
 //! - Only members in a state that allows it are acted on: start only `stopped`; stop only EC2
 //!   `running` / RDS `available`. Members of an Auto Scaling group are never acted on.
+//! - An Aurora DB cluster of the group is started and stopped as one member; its DB instances
+//!   are counted but never acted on alone. A tagged DB instance whose cluster is not in the
+//!   group is left alone too, and `UntaggedCluster` names it, its cluster and the fix.
 //! - An unexpired lock not written by this Resource (its `lock-owner` tag; the user it names does
 //!   not count, `user_id` being free text) is respected:
 //!   the group is left alone and `LockedByOther` names the holder.
@@ -29,7 +32,10 @@ use crate::tags::TagKeys;
 mod conditions;
 mod members;
 
-use conditions::{count, degraded_condition, inventory_pending, ready_condition, synced_condition};
+use conditions::{
+    count, degraded_condition, inventory_pending, ready_condition, synced_condition,
+    untagged_cluster_condition,
+};
 use members::{Locks, MembersOutcome, act_on_members, lock_tags};
 
 /// A start or a stop.
@@ -102,11 +108,16 @@ pub struct LockTags {
 /// The status fields the plan computes (conditions separately).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Summary {
-    /// Members counted (not gone).
+    /// Instances counted (not gone), DB instances of Aurora clusters included; clusters not.
     pub instances: u32,
-    /// Members up.
+    /// Instances up.
     pub running: u32,
-    /// STOPPED / RUNNING / PENDING from the counts.
+    /// Aurora DB clusters counted (not gone).
+    pub clusters: u32,
+    /// Aurora DB clusters up (`available`).
+    pub clusters_running: u32,
+    /// STOPPED / RUNNING / PENDING from the counts of what is started and stopped: instances
+    /// outside a cluster of the group, and clusters.
     pub state: Option<ResourceState>,
     /// Lock holder seen on the members.
     pub locked_by: Option<String>,
@@ -201,7 +212,13 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
         out.summary.locked_by = Some(l.by.clone());
         out.summary.locked_until = (!l.until_raw.is_empty()).then(|| l.until_raw.clone());
     }
-    let managed: Vec<&Member> = live.iter().copied().filter(|m| m.asg().is_none()).collect();
+    // Auto Scaling group members and the DB instances of Aurora clusters are never acted on
+    // alone (a cluster is started and stopped as a whole).
+    let managed: Vec<&Member> = live
+        .iter()
+        .copied()
+        .filter(|m| m.asg().is_none() && !m.in_cluster())
+        .collect();
     let mut acted = MembersOutcome::default();
     if let Some((m, l)) = locks.foreign() {
         // Respect the other holder: no start, stop or tag change at all.
@@ -251,6 +268,8 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
     );
     out.conditions
         .push(degraded_condition(kind, &acted.degraded, &mut out.notes));
+    out.conditions
+        .extend(untagged_cluster_condition(input, &live));
     out.requeue_at = requeue.into_iter().filter(|t| *t > now).min();
     out
 }
@@ -258,3 +277,7 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
 #[cfg(test)]
 #[path = "plan_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "plan_cluster_tests.rs"]
+mod cluster_tests;

@@ -26,6 +26,7 @@ fn member(id: &str, state: &str, extra: &[(&str, &str)]) -> Member {
         state: state.into(),
         state_reason: None,
         tags,
+        ..Default::default()
     }
 }
 

@@ -94,6 +94,22 @@ impl<T: RdsApi + ?Sized> RdsApi for ReadOnly<T> {
         self.inner.describe_db_instances(region, marker)
     }
 
+    fn describe_db_clusters<'a>(
+        &'a self,
+        region: &'a str,
+        marker: Option<String>,
+    ) -> BoxFuture<'a, AwsResult<Page>> {
+        self.inner.describe_db_clusters(region, marker)
+    }
+
+    fn start_db_cluster<'a>(&'a self, _: &'a str, _: &'a str) -> BoxFuture<'a, AwsResult<()>> {
+        Self::refuse("StartDBCluster")
+    }
+
+    fn stop_db_cluster<'a>(&'a self, _: &'a str, _: &'a str) -> BoxFuture<'a, AwsResult<()>> {
+        Self::refuse("StopDBCluster")
+    }
+
     fn start_db_instance<'a>(&'a self, _: &'a str, _: &'a str) -> BoxFuture<'a, AwsResult<()>> {
         Self::refuse("StartDBInstance")
     }
@@ -151,6 +167,8 @@ mod tests {
             state: "stopped".into(),
             state_reason: None,
             tags: Default::default(),
+            db_cluster: None,
+            is_cluster: false,
         }
     }
 
@@ -204,6 +222,19 @@ mod tests {
         ) -> BoxFuture<'a, AwsResult<Page>> {
             self.call("DescribeDBInstances", Ok((vec![member("db-1")], None)))
         }
+        fn describe_db_clusters<'a>(
+            &'a self,
+            _: &'a str,
+            _: Option<String>,
+        ) -> BoxFuture<'a, AwsResult<Page>> {
+            self.call("DescribeDBClusters", Ok((vec![member("cluster-1")], None)))
+        }
+        fn start_db_cluster<'a>(&'a self, _: &'a str, _: &'a str) -> BoxFuture<'a, AwsResult<()>> {
+            self.call("StartDBCluster", Ok(()))
+        }
+        fn stop_db_cluster<'a>(&'a self, _: &'a str, _: &'a str) -> BoxFuture<'a, AwsResult<()>> {
+            self.call("StopDBCluster", Ok(()))
+        }
         fn start_db_instance<'a>(&'a self, _: &'a str, _: &'a str) -> BoxFuture<'a, AwsResult<()>> {
             self.call("StartDBInstance", Ok(()))
         }
@@ -255,7 +286,12 @@ mod tests {
             out.extend(tagged.into_iter().map(|(_, r)| r));
             out.push(exec.untag(kind, r, &target, &keys).await);
         }
-        assert_eq!(out.len(), 8, "{out:?}");
+        let clusters = vec!["cluster-1".to_owned()];
+        let started = exec.start_clusters("eu-west-1", &clusters).await;
+        out.extend(started.into_iter().map(|(_, r)| r));
+        let stopped = exec.stop_clusters("eu-west-1", &clusters).await;
+        out.extend(stopped.into_iter().map(|(_, r)| r));
+        assert_eq!(out.len(), 10, "{out:?}");
         assert!(
             out.iter()
                 .all(|r| r.as_ref().is_err_and(|e| e.code == DRY_RUN)),
@@ -269,7 +305,22 @@ mod tests {
             .await
             .unwrap();
         let (rds, _) = RdsApi::describe_db_instances(&ro, "r", None).await.unwrap();
-        assert_eq!((ec2[0].id.as_str(), rds[0].id.as_str()), ("i-1", "db-1"));
-        assert_eq!(fake.calls(), ["DescribeInstances", "DescribeDBInstances"]);
+        let (clusters, _) = RdsApi::describe_db_clusters(&ro, "r", None).await.unwrap();
+        assert_eq!(
+            (
+                ec2[0].id.as_str(),
+                rds[0].id.as_str(),
+                clusters[0].id.as_str()
+            ),
+            ("i-1", "db-1", "cluster-1")
+        );
+        assert_eq!(
+            fake.calls(),
+            [
+                "DescribeInstances",
+                "DescribeDBInstances",
+                "DescribeDBClusters"
+            ]
+        );
     }
 }

@@ -127,8 +127,26 @@ impl Executor {
         }
     }
 
+    /// Starts Aurora DB clusters: one StartDBCluster each, concurrently.
+    pub async fn start_clusters(&self, region: &str, ids: &[String]) -> Outcomes {
+        futures::future::join_all(
+            ids.iter()
+                .map(|id| async move { (id.clone(), self.rds.start_db_cluster(region, id).await) }),
+        )
+        .await
+    }
+
+    /// Stops Aurora DB clusters: one StopDBCluster each, concurrently.
+    pub async fn stop_clusters(&self, region: &str, ids: &[String]) -> Outcomes {
+        futures::future::join_all(
+            ids.iter()
+                .map(|id| async move { (id.clone(), self.rds.stop_db_cluster(region, id).await) }),
+        )
+        .await
+    }
+
     /// Writes `tags` on the targets (EC2: one CreateTags per 1,000 IDs, retried per member when
-    /// the error names a member; RDS: AddTagsToResource per DB instance).
+    /// the error names a member; RDS: AddTagsToResource per DB instance or DB cluster ARN).
     pub async fn tag(
         &self,
         kind: ProviderType,

@@ -200,3 +200,103 @@ async fn a_throttled_batch_fails_whole_and_is_not_split_per_member() {
     assert!(out.iter().all(|(_, r)| r.is_err()), "{out:?}");
     assert_eq!(ec2.calls().len(), 2, "one CreateTags, not one per member");
 }
+
+/// An RDS that records the cluster calls reaching it; `bad` is in a state that refuses them.
+#[derive(Default)]
+struct FakeClusters {
+    calls: Mutex<Vec<(String, String)>>,
+}
+
+impl FakeClusters {
+    fn call(&self, op: &str, id: &str) -> AwsResult<()> {
+        self.calls
+            .lock()
+            .unwrap()
+            .push((op.to_owned(), id.to_owned()));
+        if id == "bad" {
+            return Err(AwsError::new(
+                "InvalidDBClusterStateFault",
+                "DbCluster bad is in stopping state but expected it to be one of available.",
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl RdsApi for FakeClusters {
+    fn describe_db_instances<'a>(
+        &'a self,
+        r: &'a str,
+        m: Option<String>,
+    ) -> BoxFuture<'a, AwsResult<Page>> {
+        NoRds.describe_db_instances(r, m)
+    }
+    fn describe_db_clusters<'a>(
+        &'a self,
+        r: &'a str,
+        m: Option<String>,
+    ) -> BoxFuture<'a, AwsResult<Page>> {
+        NoRds.describe_db_clusters(r, m)
+    }
+    fn start_db_cluster<'a>(&'a self, _: &'a str, id: &'a str) -> BoxFuture<'a, AwsResult<()>> {
+        async move { self.call("StartDBCluster", id) }.boxed()
+    }
+    fn stop_db_cluster<'a>(&'a self, _: &'a str, id: &'a str) -> BoxFuture<'a, AwsResult<()>> {
+        async move { self.call("StopDBCluster", id) }.boxed()
+    }
+    fn start_db_instance<'a>(&'a self, _: &'a str, id: &'a str) -> BoxFuture<'a, AwsResult<()>> {
+        async move { self.call("StartDBInstance", id) }.boxed()
+    }
+    fn stop_db_instance<'a>(&'a self, _: &'a str, id: &'a str) -> BoxFuture<'a, AwsResult<()>> {
+        async move { self.call("StopDBInstance", id) }.boxed()
+    }
+    fn add_tags<'a>(
+        &'a self,
+        r: &'a str,
+        a: &'a str,
+        t: &'a [(String, String)],
+    ) -> BoxFuture<'a, AwsResult<()>> {
+        NoRds.add_tags(r, a, t)
+    }
+    fn remove_tags<'a>(
+        &'a self,
+        r: &'a str,
+        a: &'a str,
+        k: &'a [String],
+    ) -> BoxFuture<'a, AwsResult<()>> {
+        NoRds.remove_tags(r, a, k)
+    }
+}
+
+#[tokio::test]
+async fn clusters_are_started_and_stopped_one_call_each_and_a_refused_one_is_retryable() {
+    let rds = Arc::new(FakeClusters::default());
+    let exec = Executor::new(
+        Arc::new(FakeEc2::default()),
+        rds.clone(),
+        Duration::from_millis(1),
+    );
+    let clusters = vec!["a".to_string(), "bad".to_string(), "b".to_string()];
+    let out = exec.start_clusters("eu-west-1", &clusters).await;
+    let ids: Vec<&str> = out.iter().map(|(id, _)| id.as_str()).collect();
+    assert_eq!(ids, ["a", "bad", "b"]);
+    let errs: Vec<_> = out
+        .iter()
+        .filter_map(|(id, r)| r.as_ref().err().map(|e| (id.as_str(), e.is_retryable())))
+        .collect();
+    assert_eq!(errs, vec![("bad", true)], "{out:?}");
+    let out = exec.stop_clusters("eu-west-1", &clusters[..1]).await;
+    assert!(out[0].1.is_ok());
+    let mut calls = rds.calls.lock().unwrap().clone();
+    calls.sort();
+    assert_eq!(
+        calls,
+        [
+            ("StartDBCluster".to_string(), "a".to_string()),
+            ("StartDBCluster".to_string(), "b".to_string()),
+            ("StartDBCluster".to_string(), "bad".to_string()),
+            ("StopDBCluster".to_string(), "a".to_string()),
+        ],
+        "one call per cluster, no instance call"
+    );
+}

@@ -121,6 +121,26 @@ impl<T: RdsApi + ?Sized> RdsApi for Fenced<T> {
         self.inner.describe_db_instances(region, marker)
     }
 
+    fn describe_db_clusters<'a>(
+        &'a self,
+        region: &'a str,
+        marker: Option<String>,
+    ) -> BoxFuture<'a, AwsResult<Page>> {
+        self.inner.describe_db_clusters(region, marker)
+    }
+
+    fn start_db_cluster<'a>(
+        &'a self,
+        region: &'a str,
+        id: &'a str,
+    ) -> BoxFuture<'a, AwsResult<()>> {
+        self.write("StartDBCluster", self.inner.start_db_cluster(region, id))
+    }
+
+    fn stop_db_cluster<'a>(&'a self, region: &'a str, id: &'a str) -> BoxFuture<'a, AwsResult<()>> {
+        self.write("StopDBCluster", self.inner.stop_db_cluster(region, id))
+    }
+
     fn start_db_instance<'a>(
         &'a self,
         region: &'a str,
@@ -240,6 +260,19 @@ mod tests {
         ) -> BoxFuture<'a, AwsResult<Page>> {
             async { Ok((vec![], None)) }.boxed()
         }
+        fn describe_db_clusters<'a>(
+            &'a self,
+            _: &'a str,
+            _: Option<String>,
+        ) -> BoxFuture<'a, AwsResult<Page>> {
+            async { Ok((vec![], None)) }.boxed()
+        }
+        fn start_db_cluster<'a>(&'a self, _: &'a str, _: &'a str) -> BoxFuture<'a, AwsResult<()>> {
+            self.write("StartDBCluster")
+        }
+        fn stop_db_cluster<'a>(&'a self, _: &'a str, _: &'a str) -> BoxFuture<'a, AwsResult<()>> {
+            self.write("StopDBCluster")
+        }
         fn start_db_instance<'a>(&'a self, _: &'a str, _: &'a str) -> BoxFuture<'a, AwsResult<()>> {
             self.write("StartDBInstance")
         }
@@ -289,6 +322,20 @@ mod tests {
             out.extend(tagged.into_iter().map(|(_, r)| r));
             out.push(exec.untag(kind, r, &target, &keys).await);
         }
+        let clusters = vec!["aurora-1".to_owned()];
+        let r = "eu-west-1";
+        out.extend(
+            exec.start_clusters(r, &clusters)
+                .await
+                .into_iter()
+                .map(|(_, r)| r),
+        );
+        out.extend(
+            exec.stop_clusters(r, &clusters)
+                .await
+                .into_iter()
+                .map(|(_, r)| r),
+        );
         out
     }
 
@@ -316,7 +363,7 @@ mod tests {
         for v in [Validity::Never, Validity::Until(Instant::now())] {
             validity.send_replace(v);
             let out = every_write(&exec).await;
-            assert_eq!(out.len(), 8);
+            assert_eq!(out.len(), 10);
             assert!(
                 out.iter()
                     .all(|r| r.as_ref().is_err_and(|e| e.code == NOT_LEADER)),
@@ -337,7 +384,9 @@ mod tests {
                 "StartDBInstance",
                 "StopDBInstance",
                 "AddTagsToResource",
-                "RemoveTagsFromResource"
+                "RemoveTagsFromResource",
+                "StartDBCluster",
+                "StopDBCluster"
             ]
         );
         // Without election the fence is open.

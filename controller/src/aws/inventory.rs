@@ -1,7 +1,8 @@
 //! Inventories: one per (type, region), shared by every Resource and ResourceMonitor.
 //!
 //! A refresh is a paginated listing — EC2 DescribeInstances filtered on the managed tag key
-//! (both key forms in one `tag-key` filter), RDS DescribeDBInstances with tags from `TagList` —
+//! (both key forms in one `tag-key` filter), RDS DescribeDBInstances and DescribeDBClusters
+//! with tags from `TagList` (neither filters on tags) —
 //! so the AWS calls per refresh are the number of pages, independent of how many Resources
 //! exist. Reconcilers only read snapshots. A targeted refresh of one group (one filtered describe
 //! for EC2) makes a freshly tagged group visible at once.
@@ -21,6 +22,23 @@ use crate::metrics::Metrics;
 use crate::model::{InventoryKey, Member, ProviderType};
 use crate::tags::{Key, TagKeys};
 
+/// Every page of a listing: `page(token)` until AWS gives no next token.
+async fn paginate<'a, F>(mut page: F) -> AwsResult<Vec<Member>>
+where
+    F: FnMut(Option<String>) -> futures::future::BoxFuture<'a, AwsResult<super::Page>>,
+{
+    let mut out = Vec::new();
+    let mut token: Option<String> = None;
+    loop {
+        let (members, next) = page(token.take()).await?;
+        out.extend(members);
+        match next {
+            Some(n) => token = Some(n),
+            None => return Ok(out),
+        }
+    }
+}
+
 /// The last observation of one (type, region).
 #[derive(Debug, Clone)]
 pub struct Snapshot {
@@ -37,11 +55,25 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
-    /// The members of one group.
+    /// The members of one group: those tagged with it, and the DB instances of its Aurora DB
+    /// clusters (tagged or not: they are counted with their cluster, never acted on alone).
     pub fn group(&self, keys: &TagKeys, tag: &str) -> Vec<Member> {
+        let tagged = |m: &Member| m.application(keys) == Some(tag);
+        let clusters: BTreeSet<&str> = self
+            .members
+            .iter()
+            .filter(|m| m.is_cluster && tagged(m))
+            .map(|m| m.id.as_str())
+            .collect();
         self.members
             .iter()
-            .filter(|m| m.application(keys) == Some(tag))
+            .filter(|m| {
+                tagged(m)
+                    || (m.in_cluster()
+                        && m.db_cluster
+                            .as_deref()
+                            .is_some_and(|c| clusters.contains(c)))
+            })
             .cloned()
             .collect()
     }
@@ -177,28 +209,43 @@ impl Inventory {
         key: &InventoryKey,
         filter: Option<&Ec2Filter>,
     ) -> AwsResult<Vec<Member>> {
-        let mut out = Vec::new();
-        let mut token: Option<String> = None;
-        loop {
-            let (page, next) = match key.kind {
-                ProviderType::Ec2 => {
-                    let all = Ec2Filter::TagKeys(self.keys.read_forms(Key::Managed));
-                    self.ec2
-                        .describe_instances(&key.region, filter.unwrap_or(&all), token.take())
-                        .await?
-                }
-                ProviderType::Rds => {
-                    self.rds
-                        .describe_db_instances(&key.region, token.take())
-                        .await?
-                }
-            };
-            out.extend(page.into_iter().filter(|m| self.keys.is_managed(&m.tags)));
-            match next {
-                Some(n) => token = Some(n),
-                None => return Ok(out),
+        match key.kind {
+            ProviderType::Ec2 => {
+                let all = Ec2Filter::TagKeys(self.keys.read_forms(Key::Managed));
+                let filter = filter.unwrap_or(&all);
+                let pages =
+                    paginate(|token| self.ec2.describe_instances(&key.region, filter, token));
+                Ok(pages
+                    .await?
+                    .into_iter()
+                    .filter(|m| self.keys.is_managed(&m.tags))
+                    .collect())
             }
+            ProviderType::Rds => self.list_rds(&key.region).await,
         }
+    }
+
+    /// Every managed DB instance and Aurora DB cluster of `region`, and the (possibly untagged)
+    /// DB instances of the managed clusters, which count as their cluster's members.
+    async fn list_rds(&self, region: &str) -> AwsResult<Vec<Member>> {
+        let instances = paginate(|m| self.rds.describe_db_instances(region, m)).await?;
+        let clusters: Vec<Member> = paginate(|m| self.rds.describe_db_clusters(region, m))
+            .await?
+            .into_iter()
+            .filter(|c| self.keys.is_managed(&c.tags))
+            .collect();
+        let managed_clusters: BTreeSet<&str> = clusters.iter().map(|c| c.id.as_str()).collect();
+        let mut out: Vec<Member> = instances
+            .into_iter()
+            .filter(|m| {
+                self.keys.is_managed(&m.tags)
+                    || m.db_cluster
+                        .as_deref()
+                        .is_some_and(|c| managed_clusters.contains(c))
+            })
+            .collect();
+        out.extend(clusters);
+        Ok(out)
     }
 
     /// A full, paginated refresh of `key`. On failure the previous members stay, marked
@@ -402,6 +449,7 @@ mod tests {
                 ("resource-booking/application".to_string(), tag.to_string()),
             ]
             .into(),
+            ..Default::default()
         }
     }
 
@@ -503,5 +551,150 @@ mod tests {
                 .contains("RequestLimitExceeded")
         );
         assert!(snap.groups(inv.keys()).contains("c"));
+    }
+
+    /// RDS whose DB instances and DB clusters each come in two pages.
+    struct RdsPages {
+        instances: Vec<Vec<Member>>,
+        clusters: Vec<Vec<Member>>,
+        calls: StdMutex<Vec<(&'static str, Option<String>)>>,
+    }
+
+    impl RdsPages {
+        fn page(
+            &self,
+            op: &'static str,
+            pages: &[Vec<Member>],
+            token: Option<String>,
+        ) -> AwsResult<Page> {
+            self.calls.lock().unwrap().push((op, token.clone()));
+            let i: usize = token.as_deref().map_or(0, |t| t.parse().unwrap());
+            let next = (i + 1 < pages.len()).then(|| (i + 1).to_string());
+            Ok((pages[i].clone(), next))
+        }
+    }
+
+    impl RdsApi for RdsPages {
+        fn describe_db_instances<'a>(
+            &'a self,
+            _: &'a str,
+            token: Option<String>,
+        ) -> BoxFuture<'a, AwsResult<Page>> {
+            async move { self.page("DescribeDBInstances", &self.instances, token) }.boxed()
+        }
+        fn describe_db_clusters<'a>(
+            &'a self,
+            _: &'a str,
+            token: Option<String>,
+        ) -> BoxFuture<'a, AwsResult<Page>> {
+            async move { self.page("DescribeDBClusters", &self.clusters, token) }.boxed()
+        }
+        fn start_db_cluster<'a>(&'a self, _: &'a str, _: &'a str) -> BoxFuture<'a, AwsResult<()>> {
+            async { Ok(()) }.boxed()
+        }
+        fn stop_db_cluster<'a>(&'a self, _: &'a str, _: &'a str) -> BoxFuture<'a, AwsResult<()>> {
+            async { Ok(()) }.boxed()
+        }
+        fn start_db_instance<'a>(&'a self, _: &'a str, _: &'a str) -> BoxFuture<'a, AwsResult<()>> {
+            async { Ok(()) }.boxed()
+        }
+        fn stop_db_instance<'a>(&'a self, _: &'a str, _: &'a str) -> BoxFuture<'a, AwsResult<()>> {
+            async { Ok(()) }.boxed()
+        }
+        fn add_tags<'a>(
+            &'a self,
+            _: &'a str,
+            _: &'a str,
+            _: &'a [(String, String)],
+        ) -> BoxFuture<'a, AwsResult<()>> {
+            async { Ok(()) }.boxed()
+        }
+        fn remove_tags<'a>(
+            &'a self,
+            _: &'a str,
+            _: &'a str,
+            _: &'a [String],
+        ) -> BoxFuture<'a, AwsResult<()>> {
+            async { Ok(()) }.boxed()
+        }
+    }
+
+    #[tokio::test]
+    async fn rds_lists_every_page_of_instances_and_clusters_and_groups_cluster_members() {
+        let cluster = |id: &str, tag: Option<&str>| Member {
+            is_cluster: true,
+            state: "available".into(),
+            ..tag.map_or_else(
+                || Member {
+                    id: id.into(),
+                    ..Default::default()
+                },
+                |t| m(id, t),
+            )
+        };
+        let untagged_in = |id: &str, c: &str| Member {
+            id: id.into(),
+            state: "available".into(),
+            db_cluster: Some(c.into()),
+            ..Default::default()
+        };
+        let fake = Arc::new(RdsPages {
+            instances: vec![
+                vec![untagged_in("aurora-1", "aurora"), m("plain", "a")],
+                vec![
+                    untagged_in("aurora-2", "aurora"),
+                    untagged_in("foreign-1", "foreign"),
+                    Member {
+                        db_cluster: Some("foreign".into()),
+                        ..m("tagged-1", "a")
+                    },
+                ],
+            ],
+            clusters: vec![
+                vec![cluster("foreign", None), cluster("solo", Some("solo"))],
+                vec![cluster("aurora", Some("a"))],
+            ],
+            calls: StdMutex::new(vec![]),
+        });
+        let inv = Inventory::new(
+            Arc::new(Pages {
+                pages: vec![vec![]],
+                fail_at: StdMutex::new(None),
+                calls: StdMutex::new(vec![]),
+            }),
+            fake.clone(),
+            TagKeys::default(),
+            Metrics::new(),
+        );
+        let key = InventoryKey {
+            kind: ProviderType::Rds,
+            region: "eu-west-1".into(),
+        };
+        inv.refresh(&key).await.unwrap();
+        assert_eq!(
+            fake.calls.lock().unwrap().clone(),
+            [
+                ("DescribeDBInstances", None),
+                ("DescribeDBInstances", Some("1".to_string())),
+                ("DescribeDBClusters", None),
+                ("DescribeDBClusters", Some("1".to_string())),
+            ]
+        );
+        let snap = inv.snapshot(&key).unwrap();
+        let mut ids: Vec<String> = snap
+            .group(inv.keys(), "a")
+            .into_iter()
+            .map(|m| m.id)
+            .collect();
+        ids.sort();
+        // The untagged members of the tagged cluster belong to its group; those of the
+        // untagged cluster are not kept, its tagged member is (to be reported).
+        assert_eq!(ids, ["aurora", "aurora-1", "aurora-2", "plain", "tagged-1"]);
+        assert!(!snap.members.iter().any(|m| m.id.starts_with("foreign")));
+        // A group of a cluster alone is found too (a ResourceMonitor creates its Resource).
+        assert_eq!(
+            snap.groups(inv.keys()).into_iter().collect::<Vec<_>>(),
+            ["a", "solo"]
+        );
     }
 }

@@ -38,7 +38,8 @@ impl AwsError {
     }
 
     /// Whether the call may succeed later without any change on our side: transitional states
-    /// (`IncorrectInstanceState`, `InvalidDBInstanceState`) and throttling. (The SDK's own retry
+    /// (`IncorrectInstanceState`, `InvalidDBInstanceState`, `InvalidDBClusterStateFault`) and
+    /// throttling. (The SDK's own retry
     /// policy already retried throttling; these are retried again by the plan's backoff.)
     pub fn is_retryable(&self) -> bool {
         matches!(
@@ -46,6 +47,8 @@ impl AwsError {
             "IncorrectInstanceState"
                 | "InvalidDBInstanceState"
                 | "InvalidDBInstanceStateFault"
+                | "InvalidDBClusterStateFault"
+                | "InvalidDBClusterState"
                 | "Throttling"
                 | "ThrottlingException"
                 | "RequestLimitExceeded"
@@ -141,14 +144,28 @@ pub trait Ec2Api: Send + Sync {
     ) -> BoxFuture<'a, AwsResult<()>>;
 }
 
-/// The RDS calls the controller makes. RDS has no batch start/stop: one call per DB instance.
+/// The RDS calls the controller makes. RDS has no batch start/stop: one call per DB instance
+/// or DB cluster.
 pub trait RdsApi: Send + Sync {
-    /// One page of DescribeDBInstances (MaxRecords 100) after `marker`; tags from `TagList`.
+    /// One page of DescribeDBInstances (MaxRecords 100) after `marker`; tags from `TagList`,
+    /// the cluster of each instance from `DBClusterIdentifier`.
     fn describe_db_instances<'a>(
         &'a self,
         region: &'a str,
         marker: Option<String>,
     ) -> BoxFuture<'a, AwsResult<Page>>;
+    /// One page of DescribeDBClusters (MaxRecords 100) after `marker`; tags from `TagList`
+    /// (DescribeDBClusters has no tag filter either), members with `is_cluster`.
+    fn describe_db_clusters<'a>(
+        &'a self,
+        region: &'a str,
+        marker: Option<String>,
+    ) -> BoxFuture<'a, AwsResult<Page>>;
+    /// StartDBCluster.
+    fn start_db_cluster<'a>(&'a self, region: &'a str, id: &'a str)
+    -> BoxFuture<'a, AwsResult<()>>;
+    /// StopDBCluster.
+    fn stop_db_cluster<'a>(&'a self, region: &'a str, id: &'a str) -> BoxFuture<'a, AwsResult<()>>;
     /// StartDBInstance.
     fn start_db_instance<'a>(
         &'a self,
@@ -158,14 +175,14 @@ pub trait RdsApi: Send + Sync {
     /// StopDBInstance.
     fn stop_db_instance<'a>(&'a self, region: &'a str, id: &'a str)
     -> BoxFuture<'a, AwsResult<()>>;
-    /// AddTagsToResource on a DB instance ARN.
+    /// AddTagsToResource on a DB instance or DB cluster ARN.
     fn add_tags<'a>(
         &'a self,
         region: &'a str,
         arn: &'a str,
         tags: &'a [(String, String)],
     ) -> BoxFuture<'a, AwsResult<()>>;
-    /// RemoveTagsFromResource on a DB instance ARN.
+    /// RemoveTagsFromResource on a DB instance or DB cluster ARN.
     fn remove_tags<'a>(
         &'a self,
         region: &'a str,

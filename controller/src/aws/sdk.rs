@@ -197,6 +197,8 @@ impl Ec2Api for SdkClients {
                             .iter()
                             .filter_map(|t| Some((t.key()?.to_owned(), t.value()?.to_owned())))
                             .collect::<BTreeMap<_, _>>(),
+                        db_cluster: None,
+                        is_cluster: false,
                     })
                 })
                 .collect();
@@ -293,6 +295,13 @@ impl Ec2Api for SdkClients {
     }
 }
 
+/// The tags of an RDS `TagList`.
+fn rds_tags(list: &[aws_sdk_rds::types::Tag]) -> BTreeMap<String, String> {
+    list.iter()
+        .filter_map(|t| Some((t.key()?.to_owned(), t.value()?.to_owned())))
+        .collect()
+}
+
 impl RdsApi for SdkClients {
     fn describe_db_instances<'a>(
         &'a self,
@@ -317,11 +326,9 @@ impl RdsApi for SdkClients {
                         arn: db.db_instance_arn().map(str::to_owned),
                         state: db.db_instance_status().unwrap_or_default().to_owned(),
                         state_reason: None,
-                        tags: db
-                            .tag_list()
-                            .iter()
-                            .filter_map(|t| Some((t.key()?.to_owned(), t.value()?.to_owned())))
-                            .collect(),
+                        tags: rds_tags(db.tag_list()),
+                        db_cluster: db.db_cluster_identifier().map(str::to_owned),
+                        is_cluster: false,
                     })
                 })
                 .collect();
@@ -329,6 +336,73 @@ impl RdsApi for SdkClients {
                 members,
                 out.marker().map(str::to_owned).filter(|m| !m.is_empty()),
             ))
+        }
+        .boxed()
+    }
+
+    fn describe_db_clusters<'a>(
+        &'a self,
+        region: &'a str,
+        marker: Option<String>,
+    ) -> BoxFuture<'a, AwsResult<Page>> {
+        async move {
+            let out = self
+                .rds(region)
+                .describe_db_clusters()
+                .max_records(100)
+                .set_marker(marker)
+                .send()
+                .await;
+            let out = observe(&self.metrics, "DescribeDBClusters", out)?;
+            let members = out
+                .db_clusters()
+                .iter()
+                .filter_map(|c| {
+                    Some(Member {
+                        id: c.db_cluster_identifier()?.to_owned(),
+                        arn: c.db_cluster_arn().map(str::to_owned),
+                        state: c.status().unwrap_or_default().to_owned(),
+                        state_reason: None,
+                        tags: rds_tags(c.tag_list()),
+                        db_cluster: None,
+                        is_cluster: true,
+                    })
+                })
+                .collect();
+            Ok((
+                members,
+                out.marker().map(str::to_owned).filter(|m| !m.is_empty()),
+            ))
+        }
+        .boxed()
+    }
+
+    fn start_db_cluster<'a>(
+        &'a self,
+        region: &'a str,
+        id: &'a str,
+    ) -> BoxFuture<'a, AwsResult<()>> {
+        async move {
+            let out = self
+                .rds(region)
+                .start_db_cluster()
+                .db_cluster_identifier(id)
+                .send()
+                .await;
+            observe(&self.metrics, "StartDBCluster", out).map(drop)
+        }
+        .boxed()
+    }
+
+    fn stop_db_cluster<'a>(&'a self, region: &'a str, id: &'a str) -> BoxFuture<'a, AwsResult<()>> {
+        async move {
+            let out = self
+                .rds(region)
+                .stop_db_cluster()
+                .db_cluster_identifier(id)
+                .send()
+                .await;
+            observe(&self.metrics, "StopDBCluster", out).map(drop)
         }
         .boxed()
     }

@@ -5,7 +5,7 @@ use futures::future::BoxFuture;
 
 use super::{AwsResult, Page, RdsApi};
 
-/// An RDS with no DB instances that accepts every call.
+/// An RDS with no DB instances or clusters that accepts every call.
 pub struct NoRds;
 
 impl RdsApi for NoRds {
@@ -15,6 +15,19 @@ impl RdsApi for NoRds {
         _: Option<String>,
     ) -> BoxFuture<'a, AwsResult<Page>> {
         async { Ok((vec![], None)) }.boxed()
+    }
+    fn describe_db_clusters<'a>(
+        &'a self,
+        _: &'a str,
+        _: Option<String>,
+    ) -> BoxFuture<'a, AwsResult<Page>> {
+        async { Ok((vec![], None)) }.boxed()
+    }
+    fn start_db_cluster<'a>(&'a self, _: &'a str, _: &'a str) -> BoxFuture<'a, AwsResult<()>> {
+        async { Ok(()) }.boxed()
+    }
+    fn stop_db_cluster<'a>(&'a self, _: &'a str, _: &'a str) -> BoxFuture<'a, AwsResult<()>> {
+        async { Ok(()) }.boxed()
     }
     fn start_db_instance<'a>(&'a self, _: &'a str, _: &'a str) -> BoxFuture<'a, AwsResult<()>> {
         async { Ok(()) }.boxed()

@@ -24,16 +24,65 @@ pub(super) fn inventory_pending() -> Vec<CondSpec> {
     ]
 }
 
+/// The counts: instances (Aurora clusters' DB instances included, each with its own state),
+/// clusters, and the state of what is started and stopped (clusters, and instances outside a
+/// cluster of the group).
 pub(super) fn count(summary: &mut Summary, kind: ProviderType, live: &[&Member]) {
-    summary.instances = live.len() as u32;
-    summary.running = live
-        .iter()
-        .filter(|m| m.state == kind.running_state())
-        .count() as u32;
+    let up = |m: &&&Member| m.state == kind.running_state();
+    let (clusters, instances): (Vec<&Member>, Vec<&Member>) =
+        live.iter().copied().partition(|m| m.is_cluster);
+    summary.instances = instances.len() as u32;
+    summary.running = instances.iter().filter(up).count() as u32;
+    summary.clusters = clusters.len() as u32;
+    summary.clusters_running = clusters.iter().filter(up).count() as u32;
+    let with_cluster = |m: &&&Member| {
+        m.in_cluster()
+            && clusters
+                .iter()
+                .any(|c| m.db_cluster.as_deref() == Some(&c.id))
+    };
+    let units: Vec<&&Member> = live.iter().filter(|m| !with_cluster(m)).collect();
     summary.state = Some(ResourceState::from_counts(
-        summary.instances,
-        summary.running,
+        units.len() as u32,
+        units.iter().filter(|m| up(m)).count() as u32,
     ));
+}
+
+/// The condition type naming tagged DB instances whose Aurora cluster is not in the group.
+pub const UNTAGGED_CLUSTER: &str = "UntaggedCluster";
+
+/// `UntaggedCluster` when a tagged DB instance of the group belongs to a DB cluster that does
+/// not carry the group's tags: neither is started or stopped (a cluster member cannot be
+/// started or stopped alone, and the cluster is not the group's). Absent otherwise.
+pub(super) fn untagged_cluster_condition(
+    input: &PlanInput<'_>,
+    live: &[&Member],
+) -> Option<CondSpec> {
+    let orphans: Vec<String> = live
+        .iter()
+        .filter(|m| m.in_cluster())
+        .filter_map(|m| {
+            let cluster = m.db_cluster.as_deref()?;
+            let in_group = live.iter().any(|c| c.is_cluster && c.id == cluster);
+            (!in_group).then(|| format!("DB instance {} belongs to DB cluster {cluster}", m.id))
+        })
+        .collect();
+    if orphans.is_empty() {
+        return None;
+    }
+    let keys = input.keys;
+    Some(CondSpec::new(
+        UNTAGGED_CLUSTER,
+        true,
+        "ClusterNotTagged",
+        &format!(
+            "{}, which does not carry this group's tags: a DB instance of an Aurora cluster is never started or stopped on its own, and the cluster is left alone; tag the cluster {}=true and {}={} to book it with this group",
+            orphans.join("; "),
+            keys.key(crate::tags::Key::Managed),
+            keys.key(crate::tags::Key::Application),
+            input.spec.tag
+        ),
+    ))
 }
 
 pub(super) fn ready_condition(

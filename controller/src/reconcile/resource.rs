@@ -264,6 +264,7 @@ pub fn status_of(
 ) -> ResourceStatus {
     let old = stored_conditions(res);
     let s = &p.summary;
+    let rds = res.spec.provider_type() == Some(ProviderType::Rds);
     ResourceStatus {
         instances: s.instances,
         running: s.running,
@@ -277,6 +278,8 @@ pub fn status_of(
         next_booking_start: upcoming.map(|u| format_rfc3339(u.start)),
         next_booking_user: upcoming.map(|u| u.user.clone()),
         conditions: merge(old, &p.conditions, res.metadata.generation, now),
+        clusters: rds.then_some(s.clusters),
+        clusters_running: rds.then_some(s.clusters_running),
         observed_generation: res.metadata.generation,
     }
 }
@@ -468,6 +471,20 @@ mod tests {
         };
         let s = status_of(&resource("ec2"), &p, Some(&next), now);
         assert_eq!((s.instances, s.running), (2, 1));
+        assert_eq!((s.clusters, s.clusters_running), (None, None), "rds only");
+        let aurora = Plan {
+            summary: Summary {
+                clusters: 2,
+                clusters_running: 1,
+                ..summary.clone()
+            },
+            ..p.clone()
+        };
+        let of_aurora = status_of(&resource("rds"), &aurora, None, now);
+        assert_eq!(
+            (of_aurora.clusters, of_aurora.clusters_running),
+            (Some(2), Some(1))
+        );
         assert_eq!(s.active_user.as_deref(), Some("ann"));
         assert_eq!(
             (

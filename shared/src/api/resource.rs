@@ -85,13 +85,15 @@ impl ResourceState {
 /// Observed state of a Resource, written only by the controller.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
 pub struct ResourceStatus {
-    /// Number of instances carrying the Resource's tag.
+    /// Number of instances carrying the Resource's tag. For `rds`, every DB instance of the
+    /// group's Aurora DB clusters counts too (tagged or not), each with its own state.
     #[serde(default)]
     pub instances: u32,
     /// Number of those instances that are running (`running` for EC2, `available` for RDS).
     #[serde(default)]
     pub running: u32,
-    /// `STOPPED` (none running), `RUNNING` (all running) or `PENDING` (otherwise).
+    /// `STOPPED` (none running), `RUNNING` (all running) or `PENDING` (otherwise), counting what
+    /// is started and stopped: each Aurora DB cluster as one, and the instances outside them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<ResourceState>,
     /// User holding the group's lock tag, if any.
@@ -142,10 +144,23 @@ pub struct ResourceStatus {
         skip_serializing_if = "Option::is_none"
     )]
     pub next_booking_user: Option<String>,
-    /// Standard conditions (`Ready`, `Synced`, `LockedByOther`, `Degraded`, `GroupClaimed`,
+    /// Standard conditions (`Ready`, `Synced`, `LockedByOther`, `Degraded`, `GroupClaimed`;
+    /// `UntaggedCluster` while a tagged DB instance belongs to an Aurora cluster outside the group;
     /// `DryRun` in dry-run mode).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+    /// `rds` only: number of Aurora DB clusters carrying the Resource's tag (started and
+    /// stopped as a whole with StartDBCluster/StopDBCluster; their DB instances are counted in
+    /// `instances`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clusters: Option<u32>,
+    /// `rds` only: number of those clusters that are `available`.
+    #[serde(
+        rename = "clustersRunning",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub clusters_running: Option<u32>,
     /// The `metadata.generation` this status was computed from.
     #[serde(
         rename = "observedGeneration",

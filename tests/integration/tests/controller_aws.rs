@@ -148,7 +148,12 @@ async fn inventory_covers_both_key_forms_two_regions_and_rds_with_one_call_per_p
         1,
         "one page of RDS"
     );
-    assert_eq!(counts.total(), 3, "no other calls");
+    assert_eq!(
+        counts.get(Service::Rds, "DescribeDBClusters"),
+        1,
+        "one page of Aurora DB clusters"
+    );
+    assert_eq!(counts.total(), 4, "no other calls");
 
     let home_snap = s
         .inventory

@@ -76,20 +76,8 @@ pub(super) async fn act(
                 )
             }
         },
-        async {
-            if p.start.is_empty() {
-                None
-            } else {
-                Some(exec.start(provider, region, &p.start).await)
-            }
-        },
-        async {
-            if p.stop.is_empty() {
-                None
-            } else {
-                Some(exec.stop(provider, region, &p.stop, p.hibernate).await)
-            }
-        },
+        start_or_stop(ctx, provider, region, members, &p.start, None),
+        start_or_stop(ctx, provider, region, members, &p.stop, Some(p.hibernate)),
     );
     let now = ctx.now();
     if let Some(out) = &started {
@@ -175,6 +163,37 @@ async fn would_act(ctx: &Context, dry: &DryRun, res: &Resource, provider: Provid
         let note = format!("dry-run mode: would {what} ({why}); nothing was sent to AWS");
         ctx.events.publish(res, false, reason, action, note).await;
     }
+}
+
+/// Starts (`hibernate` `None`) or stops `ids`: Aurora DB clusters with one
+/// StartDBCluster/StopDBCluster each, the other members through the executor's start or stop.
+/// `None` when there is nothing to do.
+async fn start_or_stop(
+    ctx: &Context,
+    provider: ProviderType,
+    region: &str,
+    members: &[Member],
+    ids: &[String],
+    hibernate: Option<bool>,
+) -> Option<Outcomes> {
+    if ids.is_empty() {
+        return None;
+    }
+    let exec = &ctx.groups.executor;
+    let is_cluster = |id: &String| members.iter().any(|m| m.is_cluster && &m.id == id);
+    let (clusters, others): (Vec<String>, Vec<String>) = ids.iter().cloned().partition(is_cluster);
+    let (mut out, of_clusters) = match hibernate {
+        None => tokio::join!(
+            exec.start(provider, region, &others),
+            exec.start_clusters(region, &clusters)
+        ),
+        Some(h) => tokio::join!(
+            exec.stop(provider, region, &others, h),
+            exec.stop_clusters(region, &clusters)
+        ),
+    };
+    out.extend(of_clusters);
+    Some(out)
 }
 
 fn record(ctx: &Context, op: Op, outcomes: &Outcomes, now: DateTime<Utc>) {
