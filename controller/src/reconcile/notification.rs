@@ -306,10 +306,10 @@ async fn send_due(
             Ok(()) => {
                 tracing::info!(notification = %key, event = %d.event, "sent notification");
                 let note = format!(
-                    "sent the {} notification ({}) to {} (booking ends at {})",
+                    "sent the {} notification to {}{} (booking ends at {})",
                     n.type_,
-                    d.event,
                     shown_recipient(n),
+                    for_event(d.event),
                     format_rfc3339(slot.end)
                 );
                 ctx.events
@@ -319,10 +319,10 @@ async fn send_due(
             Err(e) => {
                 retry |= e.is_transient();
                 let message = format!(
-                    "{} notification ({}) to {}: {e}",
+                    "{} notification to {}{}: {e}",
                     n.type_,
-                    d.event,
-                    shown_recipient(n)
+                    shown_recipient(n),
+                    for_event(d.event)
                 );
                 tracing::warn!(error = %e, notification = %key, "notification failed");
                 ctx.events
@@ -336,6 +336,14 @@ async fn send_due(
         }
     }
     (errors, retry)
+}
+
+/// How an Event names the event of a notification: nothing for the reminder (as before).
+fn for_event(event: NotificationEvent) -> String {
+    match event {
+        NotificationEvent::Reminder => String::new(),
+        other => format!(" for `{other}`"),
+    }
 }
 
 /// `n` with its recipient read from the Secret `recipient_from` names (in the booking's
