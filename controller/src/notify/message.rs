@@ -345,6 +345,88 @@ mod tests {
         assert_eq!(shown_recipient(&email), "ann@example.com");
     }
 
+    fn subject(event: NotificationEvent, detail: Option<&str>) -> NotificationSubject {
+        let t = |s: &str| {
+            chrono::DateTime::parse_from_rfc3339(s)
+                .unwrap()
+                .with_timezone(&Utc)
+        };
+        NotificationSubject {
+            namespace: "team-a".into(),
+            booking: "nightly-etl".into(),
+            booking_uid: "uid-1".into(),
+            resource: "ec2.analytics".into(),
+            user: "ann".into(),
+            requested_by: None,
+            end: t("2031-01-10T23:00:00Z"),
+            now: t("2031-01-10T22:00:05Z"),
+            event,
+            start: t("2031-01-10T22:00:00Z"),
+            detail: detail.map(str::to_owned),
+        }
+    }
+
+    #[test]
+    fn each_state_change_names_the_resource_the_holder_the_times_and_what_failed() {
+        let started = render(&subject(NotificationEvent::Started, None));
+        assert_eq!(
+            started.subject,
+            "Booking nightly-etl of ec2.analytics started: its instances run until 2031-01-10T23:00:00Z"
+        );
+        let stopped = render(&subject(NotificationEvent::Stopped, None));
+        assert!(stopped.subject.contains("ended at 2031-01-10T23:00:00Z"));
+        assert!(stopped.subject.contains("stopped"), "{}", stopped.subject);
+        let handed = render(&subject(
+            NotificationEvent::Stopped,
+            Some("its instances were handed straight to booking next, which keeps them running"),
+        ));
+        assert!(
+            handed.subject.contains("booking next"),
+            "{}",
+            handed.subject
+        );
+        let failed = render(&subject(
+            NotificationEvent::Failed,
+            Some("a start did not take: i-0abc (IncorrectInstanceState: not now)"),
+        ));
+        assert!(failed.subject.contains("i-0abc"), "{}", failed.subject);
+        for r in [&started, &stopped, &handed, &failed] {
+            for body in [&r.text, &r.html] {
+                assert!(
+                    body.contains("ec2.analytics") && body.contains("ann"),
+                    "{body}"
+                );
+                assert!(body.contains("2031-01-10T22:00:00Z"), "the start: {body}");
+                assert!(body.contains("2031-01-10T23:00:00Z"), "the end: {body}");
+            }
+        }
+        assert!(failed.text.contains("IncorrectInstanceState: not now"));
+        assert!(started.chat.contains(&started.extend_command));
+        // The reminder reads as before.
+        let reminder = render(&subject(NotificationEvent::Reminder, None));
+        assert!(
+            reminder.subject.contains("ends in 60 min"),
+            "{}",
+            reminder.subject
+        );
+        assert_eq!(
+            reminder.chat,
+            format!("{}\n{}", reminder.subject, reminder.extend_command)
+        );
+    }
+
+    #[test]
+    fn each_event_has_its_own_key_and_the_reminder_keeps_the_old_one() {
+        let n = webhook("https://hooks.example.com/x");
+        let reminder = event_key(0, &n, NotificationEvent::Reminder);
+        assert_eq!(reminder, notification_key(0, &n));
+        let started = event_key(0, &n, NotificationEvent::Started);
+        assert_eq!(started, format!("started:{reminder}"));
+        assert_ne!(started, event_key(0, &n, NotificationEvent::Stopped));
+        // Not mistaken for a key of an earlier version.
+        assert_eq!(upgraded_key(&started), started);
+    }
+
     #[test]
     fn keys_stored_by_earlier_versions_are_upgraded_once() {
         let url = "https://hooks.slack.com/services/T0001/B0001/XXXXSECRET";

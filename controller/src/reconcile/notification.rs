@@ -121,7 +121,7 @@ pub async fn reconcile(b: Arc<Booking>, ctx: Arc<Context>) -> Result<Action> {
         return Ok(Action::requeue(ctx.until(not_before.min(last))));
     }
     let (current, mut status, due) = match claimed(&ctx, &b, &slot, &seen, now).await? {
-        Claimed::Ready(current, status, due) => (current, status, due),
+        Claimed::Ready(claimed) => *claimed,
         Claimed::Gone => return Ok(Action::await_change()),
         Claimed::Changed => return Ok(Action::requeue(std::time::Duration::from_millis(200))),
     };
@@ -169,7 +169,7 @@ async fn remember_held(
 /// What [`claimed`] found.
 enum Claimed {
     /// The booking as claimed, its status with the claims, what is due.
-    Ready(Booking, BookingStatus, Due),
+    Ready(Box<(Booking, BookingStatus, Due)>),
     /// The booking is gone (or replaced by one of the same name).
     Gone,
     /// The booking changed between the read and the claim.
@@ -234,7 +234,7 @@ async fn claimed(
             Err(e) => return Err(e),
         }
     }
-    Ok(Claimed::Ready(current, status, due))
+    Ok(Claimed::Ready(Box::new((current, status, due))))
 }
 
 /// Claims the due notifications before sending them: they are recorded first, so that a crash
