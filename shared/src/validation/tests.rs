@@ -854,6 +854,23 @@ fn scheduler_table() {
             },
             Some(("spec.bookingTemplate.notifications[0].type", &["sms"])),
         ),
+        (
+            "template unknown notification event",
+            BookingSchedulerSpec {
+                booking_template: BookingTemplate {
+                    notifications: vec![Notification {
+                        events: vec!["finished".into()],
+                        ..email("ann@example.com")
+                    }],
+                    ..scheduler("0 * * * *", 1).booking_template
+                },
+                ..scheduler("0 * * * *", 20)
+            },
+            Some((
+                "spec.bookingTemplate.notifications[0].events[0]",
+                &["finished", "started"],
+            )),
+        ),
     ];
     for (what, spec, want) in cases {
         let got = validate_booking_scheduler(&spec, &Policy::default(), now());
