@@ -265,3 +265,66 @@ async fn a_failed_start_names_the_member_and_the_aws_error_once() {
     assert_eq!(s.len(), 2, "one failed, one started, no duplicate: {s:?}");
     c.stop().expect("stop");
 }
+
+/// A booking followed at once by another hands the group over without a stop: its `stopped`
+/// is sent after its end naming the next booking, while the instances keep running; the next
+/// booking, which has not ended, gets no `stopped`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stopped_names_the_next_booking_when_the_group_is_handed_over() {
+    let e = env("notify-handover").await;
+    let smtp = SmtpServer::start(&e.dir, SmtpOptions::default())
+        .await
+        .expect("SMTP server");
+    let home = e.moto.ec2();
+    let ids = stopped_group(&home, 1, "relay").await;
+    let mut c = started(&e, "notify-a", &smtp_env(&smtp)).await;
+    Api::<Resource>::namespaced(e.client.clone(), &e.ns)
+        .create(
+            &PostParams::default(),
+            &resource("ec2.relay", "ec2", "relay", None),
+        )
+        .await
+        .unwrap();
+    let bookings: Api<Booking> = Api::namespaced(e.client.clone(), &e.ns);
+    let now = Utc::now();
+    let handover = now + chrono::Duration::seconds(40);
+    let mut first = booking("first", "ec2.relay", now, handover);
+    first.spec.notifications = vec![email("ann@example.com", &["stopped"], None)];
+    let mut second = booking(
+        "second",
+        "ec2.relay",
+        handover,
+        handover + chrono::Duration::hours(1),
+    );
+    second.spec.notifications = vec![email("bob@example.com", &["stopped"], None)];
+    for b in [&first, &second] {
+        bookings.create(&PostParams::default(), b).await.unwrap();
+    }
+    wait_for("the group runs", Duration::from_secs(30), || {
+        all_in_state(&home, &ids, "running")
+    })
+    .await;
+    wait_for("ann's stopped mail", Duration::from_secs(90), || async {
+        match subjects_to(&smtp, "ann@example.com").as_slice() {
+            [] => Err("none yet".into()),
+            _ => Ok(()),
+        }
+    })
+    .await;
+    assert!(Utc::now() >= handover, "sent after the end");
+    let text = mails_to(&smtp, "ann@example.com").remove(0).text();
+    assert!(
+        text.contains("handed straight to booking second"),
+        "names the next booking: {text}"
+    );
+    all_in_state(&home, &ids, "running")
+        .await
+        .expect("the instances were not stopped");
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(subjects_to(&smtp, "ann@example.com").len(), 1);
+    assert!(
+        subjects_to(&smtp, "bob@example.com").is_empty(),
+        "the next booking has not ended"
+    );
+    c.stop().expect("stop");
+}
