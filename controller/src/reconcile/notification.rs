@@ -14,13 +14,11 @@
 //! crash between the two loses that one mail rather than sending it twice), after a fresh read
 //! of the booking; a send that may succeed later gives its record back. The reminder's key is
 //! `<index>:<type>:<recipient>` as before; every other event's is `<event>:` followed by it.
-//! The Lease is released
-//! only after every reconcile in flight has finished, so a successor never sends what its
-//! predecessor is sending. Emails carry a Message-ID derived from the booking's uid, the
-//! notification and the event. Failures set the condition
-//! `NotificationFailed`, publish a Warning Event and are retried with exponential backoff
-//! (30 s doubling to 10 min) while the event may be sent; an unknown type or an unusable
-//! recipient is reported once and not retried.
+//! The Lease is released only after every reconcile in flight has finished, so a successor never
+//! sends what its predecessor is sending. Emails carry a Message-ID derived from the booking's
+//! uid, the notification and the event. Failures set the condition `NotificationFailed`, publish
+//! a Warning Event and are retried with exponential backoff (30 s doubling to 10 min) while the
+//! event may be sent; an unknown type or an unusable recipient is reported once and not retried.
 
 use std::sync::Arc;
 
