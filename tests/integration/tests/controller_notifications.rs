@@ -328,3 +328,70 @@ async fn stopped_names_the_next_booking_when_the_group_is_handed_over() {
     );
     c.stop().expect("stop");
 }
+
+/// A stop AWS refuses after the booking's end sends one `failed` naming the member and AWS's
+/// error; once the retried stop takes, `stopped` follows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_stop_after_the_end_is_reported_then_stopped_follows() {
+    let e = env("notify-failed-stop").await;
+    let proxy = FaultProxy::start(&e.moto.endpoint_url())
+        .await
+        .expect("proxy");
+    let smtp = SmtpServer::start(&e.dir, SmtpOptions::default())
+        .await
+        .expect("SMTP server");
+    let home = e.moto.ec2();
+    let ids = stopped_group(&home, 2, "sticky").await;
+    let bad = ids[0].clone();
+    proxy.inject(Fault::incorrect_instance_state("StopInstances", &bad).times(2));
+    let mut env_vars = smtp_env(&smtp);
+    env_vars.push(("AWS_ENDPOINT_URL", proxy.endpoint_url()));
+    let mut c = started(&e, "notify-a", &env_vars).await;
+    Api::<Resource>::namespaced(e.client.clone(), &e.ns)
+        .create(
+            &PostParams::default(),
+            &resource("ec2.sticky", "ec2", "sticky", None),
+        )
+        .await
+        .unwrap();
+    let bookings: Api<Booking> = Api::namespaced(e.client.clone(), &e.ns);
+    let now = Utc::now();
+    let end = now + chrono::Duration::seconds(30);
+    let mut b = booking("sticky", "ec2.sticky", now, end);
+    b.spec.notifications = vec![email("ann@example.com", &["failed", "stopped"], None)];
+    bookings.create(&PostParams::default(), &b).await.unwrap();
+    wait_for("the group runs", Duration::from_secs(30), || {
+        all_in_state(&home, &ids, "running")
+    })
+    .await;
+    wait_for("the failed mail", Duration::from_secs(90), || async {
+        let s = subjects_to(&smtp, "ann@example.com");
+        if s.iter().any(|s| s.contains("did not take")) {
+            Ok(())
+        } else {
+            Err(format!("{s:?}"))
+        }
+    })
+    .await;
+    assert!(Utc::now() >= end, "the stop fails after the end");
+    let text = mails_to(&smtp, "ann@example.com").remove(0).text();
+    assert!(text.contains("a stop did not take"), "{text}");
+    assert!(
+        text.contains(&bad) && text.contains("IncorrectInstanceState"),
+        "names the member and AWS's error: {text}"
+    );
+    wait_for("the stopped mail", Duration::from_secs(90), || async {
+        let s = subjects_to(&smtp, "ann@example.com");
+        if s.iter().any(|s| s.contains("stopped")) {
+            Ok(())
+        } else {
+            Err(format!("{s:?}"))
+        }
+    })
+    .await;
+    all_in_state(&home, &ids, "stopped")
+        .await
+        .expect("the group is stopped when `stopped` is sent");
+    assert_eq!(subjects_to(&smtp, "ann@example.com").len(), 2);
+    c.stop().expect("stop");
+}
