@@ -46,6 +46,8 @@ pub struct Feeds {
     pub booking_events: mpsc::UnboundedReceiver<Arc<Booking>>,
     pub notification_events: mpsc::UnboundedReceiver<Arc<Booking>>,
     pub resource_events: mpsc::UnboundedReceiver<Arc<Resource>>,
+    /// Every change of a Resource, for the notifications that follow its group's state.
+    pub notification_resource_events: mpsc::UnboundedReceiver<Arc<Resource>>,
     pub bookings_store: kube::runtime::reflector::Store<Booking>,
     pub booking_triggers: mpsc::UnboundedReceiver<ObjectRef<Booking>>,
     pub resource_triggers: mpsc::UnboundedReceiver<ObjectRef<Resource>>,
@@ -70,6 +72,7 @@ impl Feeds {
             booking_events: booking_fanout.subscribe(),
             notification_events: booking_fanout.subscribe(),
             resource_events: resource_fanout.subscribe(),
+            notification_resource_events: resource_fanout.subscribe(),
             bookings_store: bookings_store.clone(),
             booking_triggers,
             resource_triggers,

@@ -12,7 +12,7 @@ use std::{path::PathBuf, sync::Arc, time::Duration as StdDuration};
 mod message;
 
 pub use message::{
-    NotificationSubject, Rendered, message_id, notification_key, redacted_url, render,
+    NotificationSubject, Rendered, event_key, message_id, notification_key, redacted_url, render,
     shown_recipient, upgraded_key,
 };
 
@@ -405,6 +405,7 @@ impl Notifiers {
                 &ctx.booking_uid,
                 index,
                 notification,
+                ctx.event,
                 &sender.domain,
             )))
             .multipart(MultiPart::alternative_plain_html(
@@ -451,8 +452,9 @@ impl Notifiers {
                 reason: "only https URLs are allowed".into(),
             });
         }
-        let body = serde_json::json!({
-            "text": format!("{}\n{}", rendered.subject, rendered.extend_command),
+        let mut body = serde_json::json!({
+            "text": rendered.chat,
+            "event": ctx.event.as_str(),
             "booking": {
                 "namespace": ctx.namespace,
                 "name": ctx.booking,
@@ -461,6 +463,9 @@ impl Notifiers {
                 "end_at": format_rfc3339(ctx.end),
             },
         });
+        if let Some(detail) = &ctx.detail {
+            body["detail"] = serde_json::Value::String(detail.clone());
+        }
         let request = hyper::Request::post(uri)
             .header(hyper::header::CONTENT_TYPE, "application/json")
             .header(
@@ -534,6 +539,7 @@ mod tests {
             now: DateTime::parse_from_rfc3339("2031-01-10T22:47:30Z")
                 .unwrap()
                 .with_timezone(&Utc),
+            ..Default::default()
         }
     }
 
@@ -583,17 +589,22 @@ mod tests {
             type_: "email".into(),
             recipient: "ann@example.com".into(),
             lead_minutes: None,
+            events: vec![],
             recipient_from: None,
         };
         let m = Notification {
             recipient: "bob@example.com".into(),
             ..n.clone()
         };
-        let a = message_id("uid-1", 0, &n, "example.com");
-        assert_eq!(a, message_id("uid-1", 0, &n, "example.com"));
-        assert_ne!(a, message_id("uid-2", 0, &n, "example.com"));
-        assert_ne!(a, message_id("uid-1", 1, &n, "example.com"));
-        assert_ne!(a, message_id("uid-1", 0, &m, "example.com"));
+        use booking_shared::api::NotificationEvent::{Reminder, Started, Stopped};
+        let a = message_id("uid-1", 0, &n, Reminder, "example.com");
+        assert_eq!(a, message_id("uid-1", 0, &n, Reminder, "example.com"));
+        assert_ne!(a, message_id("uid-2", 0, &n, Reminder, "example.com"));
+        assert_ne!(a, message_id("uid-1", 1, &n, Reminder, "example.com"));
+        assert_ne!(a, message_id("uid-1", 0, &m, Reminder, "example.com"));
+        let started = message_id("uid-1", 0, &n, Started, "example.com");
+        assert_ne!(a, started, "each event is a message of its own");
+        assert_ne!(started, message_id("uid-1", 0, &n, Stopped, "example.com"));
         assert!(
             a.starts_with("<booking-") && a.ends_with("@example.com>"),
             "{a}"
@@ -710,6 +721,7 @@ mod tests {
             type_: "pigeon".into(),
             recipient: "loft-3".into(),
             lead_minutes: None,
+            events: vec![],
             recipient_from: None,
         };
         let err = n.send(0, &pigeon, &ctx()).await.unwrap_err();
@@ -719,6 +731,7 @@ mod tests {
             type_: "email".into(),
             recipient: "ann@example.com".into(),
             lead_minutes: None,
+            events: vec![],
             recipient_from: None,
         };
         assert!(matches!(
@@ -729,6 +742,7 @@ mod tests {
             type_: "webhook".into(),
             recipient: "http://hooks.example.com/x".into(),
             lead_minutes: None,
+            events: vec![],
             recipient_from: None,
         };
         assert!(matches!(

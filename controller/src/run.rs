@@ -216,6 +216,7 @@ fn controllers(
         booking_events,
         notification_events,
         resource_events,
+        notification_resource_events,
         bookings_store,
         booking_triggers,
         resource_triggers,
@@ -239,8 +240,23 @@ fn controllers(
     // server nor a scheduler can delay a group's start or stop.
     let scheduler_controller =
         Controller::new(api::<BookingScheduler>(client, ns), wc).with_config(config.clone());
+    // A Resource's change (the status of each start and stop) wakes the bookings whose
+    // notifications follow its group's state.
+    let notified = {
+        let (ctx, store) = (ctx.clone(), bookings_store.clone());
+        futures::StreamExt::flat_map(notification_resource_events, move |r| {
+            futures::stream::iter(crate::triggers::notified_by(
+                &ctx.caches.index,
+                &store,
+                &r,
+                ctx.now(),
+            ))
+        })
+    };
     let notification_controller =
-        Controller::for_shared_stream(notification_events, bookings_store).with_config(config);
+        Controller::for_shared_stream(notification_events, bookings_store)
+            .with_config(config)
+            .reconcile_on(notified);
     async move {
         tokio::join!(
             drive(

@@ -38,6 +38,35 @@ pub fn bookings_of(
         .collect()
 }
 
+/// The bookings of Resource `resource` whose notifications follow its group's state (`started`,
+/// `stopped`, `failed`) and may still be sent at `now`: every change of the Resource (its status
+/// after each start and stop) wakes the notification reconciler for them.
+pub fn notified_by(
+    index: &BookingIndex,
+    bookings: &kube::runtime::reflector::Store<Booking>,
+    resource: &Resource,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Vec<ObjectRef<Booking>> {
+    use booking_shared::api::NotificationEvent;
+    index
+        .of_resource(&ObjectRef::from_obj(resource))
+        .into_iter()
+        .filter(|key| {
+            bookings.get(key).is_some_and(|b| {
+                let follows = b.spec.notifications.iter().any(|n| {
+                    n.wanted_events()
+                        .iter()
+                        .any(|e| *e != NotificationEvent::Reminder)
+                });
+                let open = booking_shared::time::Slot::of_booking(&b.spec).is_ok_and(|slot| {
+                    now < crate::reconcile::notification::last_instant(&b.spec.notifications, &slot)
+                });
+                follows && open
+            })
+        })
+        .collect()
+}
+
 /// Remembers which Resources exist, to tell an appearance from an update.
 #[derive(Default)]
 pub struct ResourceTriggers {

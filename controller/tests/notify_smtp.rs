@@ -26,6 +26,7 @@ fn ctx() -> NotificationSubject {
         requested_by: Some("system:serviceaccount:ci:deployer".into()),
         end: t("2031-01-10T23:00:00Z"),
         now: t("2031-01-10T22:40:00Z"),
+        ..Default::default()
     }
 }
 
@@ -34,6 +35,7 @@ fn email(to: &str) -> Notification {
         type_: "email".into(),
         recipient: to.into(),
         lead_minutes: None,
+        events: vec![],
         recipient_from: None,
     }
 }
@@ -99,7 +101,13 @@ async fn starttls_with_auth_delivers_a_complete_message() {
     );
     assert_eq!(
         m.header("Message-ID"),
-        Some(message_id(&ctx().booking_uid, 0, &n, "example.com"))
+        Some(message_id(
+            &ctx().booking_uid,
+            0,
+            &n,
+            booking_shared::api::NotificationEvent::Reminder,
+            "example.com"
+        ))
     );
     let content_type = m.header("Content-Type").unwrap_or_default();
     assert!(

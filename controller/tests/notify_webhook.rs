@@ -81,6 +81,7 @@ fn ctx() -> NotificationSubject {
         requested_by: Some("system:serviceaccount:ci:deployer".into()),
         end: t("2031-01-10T23:00:00Z"),
         now: t("2031-01-10T22:40:00Z"),
+        ..Default::default()
     }
 }
 
@@ -93,6 +94,7 @@ fn hook(url: String) -> Notification {
         type_: "webhook".into(),
         recipient: url,
         lead_minutes: None,
+        events: vec![],
         recipient_from: None,
     }
 }

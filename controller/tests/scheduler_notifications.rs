@@ -482,6 +482,7 @@ fn email(to: &str) -> Notification {
         type_: "email".into(),
         recipient: to.into(),
         lead_minutes: None,
+        events: vec![],
         recipient_from: None,
     }
 }
@@ -510,6 +511,7 @@ async fn each_notification_is_sent_once_even_across_restarts() {
             email("ann@example.com"),
             Notification {
                 lead_minutes: Some(5),
+                events: vec![],
                 recipient_from: None,
                 ..email("ops@example.com")
             },
@@ -517,6 +519,7 @@ async fn each_notification_is_sent_once_even_across_restarts() {
                 type_: "pigeon".into(),
                 recipient: "loft-3".into(),
                 lead_minutes: None,
+                events: vec![],
                 recipient_from: None,
             },
         ],
@@ -710,6 +713,7 @@ async fn webhook_keys_of_earlier_versions_count_as_sent_and_are_rewritten() {
         type_: "webhook".into(),
         recipient: url.into(),
         lead_minutes: Some(60),
+        events: vec![],
         recipient_from: None,
     };
     let api: Api<Booking> = Api::namespaced(c.client.clone(), &c.ns);

@@ -29,8 +29,9 @@ use chrono::{DateTime, Duration, Utc};
 use crate::{
     api::{
         Booking, BookingScheduler, BookingSchedulerSpec, BookingSpec,
-        DEFAULT_NOTIFICATION_LEAD_MINUTES, Notification, ProviderType, Resource, ResourceMonitor,
-        ResourceMonitorSpec, ResourceSpec, SUPPORTED_NOTIFICATION_TYPES, unsupported_type_message,
+        DEFAULT_NOTIFICATION_LEAD_MINUTES, NOTIFICATION_EVENTS, Notification, NotificationEvent,
+        ProviderType, Resource, ResourceMonitor, ResourceMonitorSpec, ResourceSpec,
+        SUPPORTED_NOTIFICATION_TYPES, unsupported_type_message,
     },
     overlap::IndexedBooking,
     schedule::{CronSchedule, parse_time_zone},

@@ -233,6 +233,7 @@ fn notification_timing() {
         type_: "email".into(),
         recipient: "a@example.com".into(),
         lead_minutes: lead,
+        events: vec![],
         recipient_from: None,
     };
     assert_eq!(

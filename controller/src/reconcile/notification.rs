@@ -1,78 +1,51 @@
-//! The notification reconciler: sends each notification of a booking once, shortly before the
-//! booking ends, and records it in the booking's status.
+//! The notification reconciler: sends each notification of a booking once per event it asks
+//! for — `reminder` shortly before the booking ends (the default), `started`, `stopped` and
+//! `failed` as its Resource's group changes state (see `due`) — and records it in the booking's
+//! status.
 //!
 //! It runs as its own controller over Bookings, so a slow or failing SMTP server or webhook never
-//! delays the start or stop of any group. Timing comes from `booking_shared::scheduling` (pure,
-//! clock injected): a notification is due `leadMinutes` (default 20) before the end, never before
-//! the start and never after the end — after downtime, an ended booking sends nothing.
+//! delays the start or stop of any group. It is woken by the clock (the reminder's instant, the
+//! start, the end) and by every change of the Resource a booking names that asks for a state
+//! change (`triggers::notified_by`); it reads the group's state from the Resource cache, never
+//! from AWS. After downtime, an ended booking sends no reminder and no `started`; its `stopped`
+//! is sent only within `AFTER_END_WINDOW` after the end.
 //!
 //! At most once: a notification is recorded in `status.notificationsSent` before it is sent (a
 //! crash between the two loses that one mail rather than sending it twice), after a fresh read
-//! of the booking; a send that may succeed later gives its record back. The Lease is released
-//! only after every reconcile in flight has finished, so a successor never sends what its
-//! predecessor is sending. Emails carry a Message-ID derived from the booking's uid and the
-//! notification. Failures set the condition
-//! `NotificationFailed`, publish a Warning Event and are retried with exponential backoff
-//! (30 s doubling to 10 min) while the booking lasts; an unknown type or an unusable recipient
-//! is reported once and not retried.
+//! of the booking; a send that may succeed later gives its record back. The reminder's key is
+//! `<index>:<type>:<recipient>` as before; every other event's is `<event>:` followed by it.
+//! The Lease is released only after every reconcile in flight has finished, so a successor never
+//! sends what its predecessor is sending. Emails carry a Message-ID derived from the booking's
+//! uid, the notification and the event. Failures set the condition `NotificationFailed`, publish
+//! a Warning Event and are retried with exponential backoff (30 s doubling to 10 min) while the
+//! event may be sent; an unknown type or an unusable recipient is reported once and not retried.
 
 use std::sync::Arc;
 
 use booking_shared::{
-    api::{Booking, BookingPhase, BookingStatus, Notification, SecretKeyRef},
-    scheduling::{lead_time, notification_due_at, notification_should_send},
+    api::{Booking, BookingPhase, BookingStatus, Notification, NotificationEvent, SecretKeyRef},
     time::{Slot, format_rfc3339},
 };
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::Secret;
-use kube::{Api, ResourceExt, runtime::controller::Action};
+use kube::{Api, ResourceExt, runtime::controller::Action, runtime::reflector::ObjectRef};
 
 use super::{ns_name, write_status};
 use crate::{
     conditions::{CondSpec, merge},
     context::Context,
     error::{Error, Result},
-    notify::{NotificationSubject, NotifyError, notification_key, shown_recipient, upgraded_key},
+    notify::{NotificationSubject, NotifyError, event_key, shown_recipient, upgraded_key},
+};
+
+mod due;
+
+pub use due::{
+    AFTER_END_WINDOW, Due, DueNow, GroupState, Seen, deadline, due, last_instant, wants_after_end,
 };
 
 /// Condition type owned by this reconciler.
 pub const CONDITION: &str = "NotificationFailed";
-
-/// The notifications of a booking to send now, and when the next one falls due. Pure.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Due {
-    /// `(index, key)` of the notifications due and not recorded in `sent`.
-    pub now: Vec<(usize, String)>,
-    /// When the earliest notification not due yet falls due.
-    pub next: Option<DateTime<Utc>>,
-}
-
-/// Which of `notifications` are due at `now` for a booking with `slot`, given the keys already
-/// recorded as `sent`: due `leadMinutes` before the end, never before the start and never after
-/// the end.
-pub fn due(
-    notifications: &[Notification],
-    sent: &[String],
-    slot: &Slot,
-    now: DateTime<Utc>,
-) -> Due {
-    let mut out = Due::default();
-    let sent = upgraded_keys(sent);
-    for (index, n) in notifications.iter().enumerate() {
-        let key = notification_key(index, n);
-        if sent.contains(&key) {
-            continue;
-        }
-        let lead = lead_time(n);
-        if notification_should_send(slot, lead, now) {
-            out.now.push((index, key));
-        } else {
-            let at = notification_due_at(slot, lead);
-            out.next = Some(out.next.map_or(at, |d| d.min(at)));
-        }
-    }
-    out
-}
 
 /// `sent` in the current key form (see [`upgraded_key`]), without duplicates.
 fn upgraded_keys(sent: &[String]) -> Vec<String> {
@@ -85,26 +58,41 @@ fn upgraded_keys(sent: &[String]) -> Vec<String> {
     out
 }
 
-/// Reconciles the notifications of one Booking.
-#[tracing::instrument(skip_all, fields(namespace, name))]
-pub async fn reconcile(b: Arc<Booking>, ctx: Arc<Context>) -> Result<Action> {
-    let (ns, name) = ns_name(b.as_ref())?;
-    let uid = b.uid().unwrap_or_default();
-    let status = b.status.clone().unwrap_or_default();
-    // A booking that lost arbitration holds nothing that could end; an invalid one is reported
-    // by the booking reconciler.
-    let slot = match Slot::of_booking(&b.spec) {
+/// The state of the group of `b`'s Resource, from the Resource cache.
+fn group_of(ctx: &Context, b: &Booking) -> Option<GroupState> {
+    let ns = b.namespace().unwrap_or_default();
+    ctx.caches
+        .resources
+        .get(&ObjectRef::new(&b.spec.resource_name).within(&ns))
+        .map(|r| GroupState::of(&r))
+}
+
+/// Whether a booking's notifications concern the reconciler at all: some, on a valid slot, not
+/// deleted, not lost to arbitration (it holds nothing that could start, end or fail).
+fn slot_of(b: &Booking, status: &BookingStatus) -> Option<Slot> {
+    match Slot::of_booking(&b.spec) {
         Ok(slot)
             if !b.spec.notifications.is_empty()
                 && b.metadata.deletion_timestamp.is_none()
                 && status.status != Some(BookingPhase::Conflict) =>
         {
-            slot
+            Some(slot)
         }
-        _ => return Ok(Action::await_change()),
+        _ => None,
+    }
+}
+
+/// Reconciles the notifications of one Booking.
+#[tracing::instrument(skip_all, fields(namespace, name))]
+pub async fn reconcile(b: Arc<Booking>, ctx: Arc<Context>) -> Result<Action> {
+    let uid = b.uid().unwrap_or_default();
+    let status = b.status.clone().unwrap_or_default();
+    let Some(slot) = slot_of(&b, &status) else {
+        return Ok(Action::await_change());
     };
     let now = ctx.now();
-    if now >= slot.end {
+    let last = last_instant(&b.spec.notifications, &slot);
+    if now >= last {
         forget_failures(&ctx, &uid);
         // Nothing is sent any more, but keys of earlier versions (a webhook's whole URL) are
         // still rewritten, so that no status keeps a URL.
@@ -118,68 +106,32 @@ pub async fn reconcile(b: Arc<Booking>, ctx: Arc<Context>) -> Result<Action> {
         }
         return Ok(Action::await_change());
     }
+    let group = group_of(&ctx, &b);
+    let name = b.name_any();
+    let b = remember_held(&ctx, b, group.as_ref(), now).await?;
+    let seen = Seen {
+        booking: &name,
+        held: b.status.as_ref().is_some_and(|s| s.held_at.is_some()),
+        group: group.as_ref(),
+    };
     // While backing off after a failure, other events (status patches) do not trigger retries.
     if let Some(not_before) = backing_off(&ctx, &uid, now) {
-        return Ok(Action::requeue(ctx.until(not_before.min(slot.end))));
+        return Ok(Action::requeue(ctx.until(not_before.min(last))));
     }
     if let Some(dry) = &ctx.dry_run {
-        let due = due(
-            &b.spec.notifications,
-            &status.notifications_sent,
-            &slot,
-            now,
-        );
+        let sent = upgraded_keys(&status.notifications_sent);
+        let due = due(&b.spec.notifications, &sent, &slot, &seen, now);
         would_notify(&ctx, dry, &b, &slot, &due).await;
         return Ok(match due.next {
-            Some(at) => Action::requeue(ctx.until(at.min(slot.end))),
+            Some(at) => Action::requeue(ctx.until(at.min(last))),
             None => Action::await_change(),
         });
     }
-    // The watch cache may lag behind this reconciler's own last status patch. Before anything
-    // is sent, read the booking from the API server, so a notification recorded a moment ago is
-    // never sent again; the claim is guarded by that read's resourceVersion.
-    let current = if due(
-        &b.spec.notifications,
-        &status.notifications_sent,
-        &slot,
-        now,
-    )
-    .now
-    .is_empty()
-    {
-        (*b).clone()
-    } else {
-        match Api::<Booking>::namespaced(ctx.client.clone(), &ns)
-            .get_opt(&name)
-            .await?
-        {
-            Some(fresh) if fresh.uid() == b.uid() => fresh,
-            _ => return Ok(Action::await_change()),
-        }
+    let (current, mut status, due) = match claimed(&ctx, &b, &slot, &seen, now).await? {
+        Claimed::Ready(claimed) => *claimed,
+        Claimed::Gone => return Ok(Action::await_change()),
+        Claimed::Changed => return Ok(Action::requeue(std::time::Duration::from_millis(200))),
     };
-    let mut status = current.status.clone().unwrap_or_default();
-    // Keys recorded by earlier versions held a webhook's whole URL: they are read (and written
-    // back) in the current form, which shows only its scheme and host.
-    status.notifications_sent = upgraded_keys(&status.notifications_sent);
-    let due = due(
-        &b.spec.notifications,
-        &status.notifications_sent,
-        &slot,
-        now,
-    );
-    let mut current = current;
-    if !due.now.is_empty() {
-        match claim(&ctx, &mut current, &mut status, &due).await {
-            Ok(()) => {}
-            // The booking changed between the fresh read and the claim (its phase written by
-            // the booking reconciler, or another replica's claim): nothing was sent; read again.
-            Err(Error::Kube(kube::Error::Api(e))) if e.code == 409 => {
-                tracing::debug!("the booking changed since it was read; claiming again");
-                return Ok(Action::requeue(std::time::Duration::from_millis(200)));
-            }
-            Err(e) => return Err(e),
-        }
-    }
     let (errors, retry) = send_due(&ctx, &b, &slot, &due, &mut status, now).await;
     record(&ctx, &b, &current, status, &errors, now).await?;
     let mut wake = due.next;
@@ -190,10 +142,106 @@ pub async fn reconcile(b: Arc<Booking>, ctx: Arc<Context>) -> Result<Action> {
         forget_failures(&ctx, &uid);
     }
     Ok(match wake {
-        // Never later than the end: nothing is sent after it.
-        Some(at) => Action::requeue(ctx.until(at.min(slot.end))),
+        // Never later than the last instant: nothing is sent after it.
+        Some(at) => Action::requeue(ctx.until(at.min(last))),
         None => Action::await_change(),
     })
+}
+
+/// Records in `status.heldAt` that booking `b` holds its group, when a notification of it needs
+/// to know that after the end (`stopped`, `failed`) and it is not recorded yet. Returns the
+/// booking as written.
+async fn remember_held(
+    ctx: &Context,
+    b: Arc<Booking>,
+    group: Option<&GroupState>,
+    now: DateTime<Utc>,
+) -> Result<Arc<Booking>> {
+    let status = b.status.clone().unwrap_or_default();
+    let holds = group.is_some_and(|g| g.holder.as_deref() == Some(b.name_any().as_str()));
+    if status.held_at.is_some() || !holds || !b.spec.notifications.iter().any(wants_after_end) {
+        return Ok(b);
+    }
+    let status = BookingStatus {
+        held_at: Some(format_rfc3339(now)),
+        ..status
+    };
+    // Only this reconciler writes `heldAt`: no resourceVersion guard.
+    write_status(ctx, b.as_ref(), &status, None).await?;
+    let mut written = (*b).clone();
+    written.status = Some(status);
+    Ok(Arc::new(written))
+}
+
+/// What [`claimed`] found.
+enum Claimed {
+    /// The booking as claimed, its status with the claims, what is due.
+    Ready(Box<(Booking, BookingStatus, Due)>),
+    /// The booking is gone (or replaced by one of the same name).
+    Gone,
+    /// The booking changed between the read and the claim.
+    Changed,
+}
+
+/// The due notifications, claimed: the booking read again from the API server when any is due
+/// (the watch cache may lag behind this reconciler's own last status patch), the keys recorded
+/// before anything is sent, guarded by that read's resourceVersion. [`Claimed::Changed`] when
+/// the booking changed between the read and the claim (its phase written by the booking
+/// reconciler, or another replica's claim): nothing was sent; read again.
+async fn claimed(
+    ctx: &Context,
+    b: &Booking,
+    slot: &Slot,
+    seen: &Seen<'_>,
+    now: DateTime<Utc>,
+) -> Result<Claimed> {
+    let sent = upgraded_keys(
+        &b.status
+            .as_ref()
+            .map(|s| s.notifications_sent.clone())
+            .unwrap_or_default(),
+    );
+    let mut current = if due(&b.spec.notifications, &sent, slot, seen, now)
+        .now
+        .is_empty()
+    {
+        b.clone()
+    } else {
+        let (ns, name) = ns_name(b)?;
+        match Api::<Booking>::namespaced(ctx.client.clone(), &ns)
+            .get_opt(&name)
+            .await?
+        {
+            Some(fresh) if fresh.uid() == b.uid() => fresh,
+            _ => return Ok(Claimed::Gone),
+        }
+    };
+    let mut status = current.status.clone().unwrap_or_default();
+    // Keys recorded by earlier versions held a webhook's whole URL: they are read (and written
+    // back) in the current form, which shows only its scheme and host.
+    status.notifications_sent = upgraded_keys(&status.notifications_sent);
+    let seen = Seen {
+        held: seen.held || status.held_at.is_some(),
+        ..*seen
+    };
+    let due = due(
+        &b.spec.notifications,
+        &status.notifications_sent,
+        slot,
+        &seen,
+        now,
+    );
+    if !due.now.is_empty() {
+        match claim(ctx, &mut current, &mut status, &due).await {
+            Ok(()) => {}
+            Err(Error::Kube(kube::Error::Api(e))) if e.code == 409 => {
+                tracing::debug!("the booking changed since it was read; claiming again");
+                return Ok(Claimed::Changed);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(Claimed::Ready(Box::new((current, status, due))))
 }
 
 /// Claims the due notifications before sending them: they are recorded first, so that a crash
@@ -209,7 +257,7 @@ async fn claim(
 ) -> Result<()> {
     status
         .notifications_sent
-        .extend(due.now.iter().map(|(_, key)| key.clone()));
+        .extend(due.now.iter().map(|d| d.key.clone()));
     let version = current.metadata.resource_version.clone();
     write_status(
         ctx,
@@ -237,12 +285,13 @@ async fn send_due(
 ) -> (Vec<String>, bool) {
     let mut errors = Vec::new();
     let mut retry = false;
-    for (index, key) in &due.now {
-        // The reads and the claim took a moment: nothing is sent once the booking has ended.
-        if ctx.now() >= slot.end {
-            break;
+    for d in &due.now {
+        let key = &d.key;
+        // The reads and the claim took a moment: nothing is sent once its time is over.
+        if ctx.now() >= deadline(d.event, slot) {
+            continue;
         }
-        let n = &b.spec.notifications[*index];
+        let n = &b.spec.notifications[d.index];
         let subject = NotificationSubject {
             namespace: b.namespace().unwrap_or_default(),
             booking: b.name_any(),
@@ -252,18 +301,22 @@ async fn send_due(
             requested_by: booking_shared::validation::requested_by(&b.metadata).map(str::to_owned),
             end: slot.end,
             now,
+            event: d.event,
+            start: slot.start,
+            detail: d.detail.clone(),
         };
         let sent = match resolved(ctx, &subject.namespace, n).await {
-            Ok(n) => ctx.notifiers.send(*index, &n, &subject).await,
+            Ok(n) => ctx.notifiers.send(d.index, &n, &subject).await,
             Err(e) => Err(e),
         };
         match sent {
             Ok(()) => {
-                tracing::info!(notification = %key, "sent notification");
+                tracing::info!(notification = %key, event = %d.event, "sent notification");
                 let note = format!(
-                    "sent the {} notification to {} (booking ends at {})",
+                    "sent the {} notification to {}{} (booking ends at {})",
                     n.type_,
                     shown_recipient(n),
+                    for_event(d.event),
                     format_rfc3339(slot.end)
                 );
                 ctx.events
@@ -272,7 +325,12 @@ async fn send_due(
             }
             Err(e) => {
                 retry |= e.is_transient();
-                let message = format!("{} notification to {}: {e}", n.type_, shown_recipient(n));
+                let message = format!(
+                    "{} notification to {}{}: {e}",
+                    n.type_,
+                    shown_recipient(n),
+                    for_event(d.event)
+                );
                 tracing::warn!(error = %e, notification = %key, "notification failed");
                 ctx.events
                     .publish(b, true, "NotificationFailed", "Notify", message.clone())
@@ -298,22 +356,31 @@ async fn would_notify(
     due: &Due,
 ) {
     let uid = b.uid().unwrap_or_default();
-    for (index, key) in &due.now {
-        if !dry.first_notification(&uid, key) {
+    for d in &due.now {
+        if !dry.first_notification(&uid, &d.key) {
             continue;
         }
-        let n = &b.spec.notifications[*index];
+        let n = &b.spec.notifications[d.index];
         let note = format!(
-            "dry-run mode: would send the {} notification to {} (booking ends at {}); nothing was sent",
+            "dry-run mode: would send the {} notification{} to {} (booking ends at {}); nothing was sent",
             n.type_,
+            for_event(d.event),
             shown_recipient(n),
             format_rfc3339(slot.end)
         );
-        tracing::info!(notification = %key, "dry-run mode: notification not sent");
+        tracing::info!(notification = %d.key, "dry-run mode: notification not sent");
         ctx.metrics.would(crate::dry_run::WouldAction::Notify, 1);
         ctx.events
             .publish(b, false, "WouldNotify", "Notify", note)
             .await;
+    }
+}
+
+/// How an Event names the event of a notification: nothing for the reminder (as before).
+fn for_event(event: NotificationEvent) -> String {
+    match event {
+        NotificationEvent::Reminder => String::new(),
+        other => format!(" for `{other}`"),
     }
 }
 
@@ -372,12 +439,13 @@ async fn record(
     } else {
         CondSpec::new(CONDITION, true, "SendFailed", &errors.join("; "))
     };
-    status.notification_sent = b
-        .spec
-        .notifications
-        .iter()
-        .enumerate()
-        .all(|(i, n)| status.notifications_sent.contains(&notification_key(i, n)));
+    // `failed` is sent only when something fails: it does not count.
+    status.notification_sent = b.spec.notifications.iter().enumerate().all(|(i, n)| {
+        n.wanted_events()
+            .into_iter()
+            .filter(|e| *e != NotificationEvent::Failed)
+            .all(|e| status.notifications_sent.contains(&event_key(i, n, e)))
+    });
     let changed = match status.conditions.iter().find(|c| c.type_ == CONDITION) {
         None => !errors.is_empty(),
         Some(c) => (c.status == "True") == errors.is_empty() || c.message != condition.message,
@@ -428,51 +496,4 @@ fn forget_failures(ctx: &Context, uid: &str) {
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .remove(uid);
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use booking_shared::time::parse_rfc3339;
-
-    fn at(s: &str) -> DateTime<Utc> {
-        parse_rfc3339("t", s).unwrap()
-    }
-
-    fn notification(recipient: &str, lead: Option<u32>) -> Notification {
-        serde_json::from_value(serde_json::json!({
-            "type": "email", "recipient": recipient, "leadMinutes": lead,
-        }))
-        .unwrap()
-    }
-
-    #[test]
-    fn due_notifications_at_fixed_instants() {
-        let slot = Slot::new(at("2031-01-10T10:00:00Z"), at("2031-01-10T12:00:00Z")).unwrap();
-        let ns = [
-            notification("a@example.com", None),
-            notification("b@example.com", Some(60)),
-        ];
-        let keys: Vec<String> = ns
-            .iter()
-            .enumerate()
-            .map(|(i, n)| notification_key(i, n))
-            .collect();
-        // Before the start: nothing due; the earliest is 60 min before the end.
-        let d = due(&ns, &[], &slot, at("2031-01-10T09:00:00Z"));
-        assert!(d.now.is_empty());
-        assert_eq!(d.next, Some(at("2031-01-10T11:00:00Z")));
-        // 30 min before the end only the 60-minute one is due; 15 min before, both (the
-        // default lead is 20 minutes); recorded ones are not.
-        let d = due(&ns, &[], &slot, at("2031-01-10T11:30:00Z"));
-        assert_eq!(d.now, [(1, keys[1].clone())]);
-        assert_eq!(d.next, Some(at("2031-01-10T11:40:00Z")));
-        let d = due(&ns, &[], &slot, at("2031-01-10T11:45:00Z"));
-        assert_eq!(d.now, [(0, keys[0].clone()), (1, keys[1].clone())]);
-        let d = due(&ns, &keys[1..], &slot, at("2031-01-10T11:45:00Z"));
-        assert_eq!(d.now, [(0, keys[0].clone())]);
-        // From the end on: nothing, ever.
-        let d = due(&ns, &[], &slot, at("2031-01-10T12:00:00Z"));
-        assert!(d.now.is_empty());
-    }
 }

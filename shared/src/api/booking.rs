@@ -50,7 +50,8 @@ pub struct BookingSpec {
     #[serde(default, skip_serializing_if = "String::is_empty")]
     #[schemars(length(max = 256))]
     pub user_id: String,
-    /// Notifications sent shortly before the booking ends (at most 10).
+    /// Notifications of the booking (at most 10): by default shortly before it ends; each may
+    /// also (or instead) ask for `started`, `stopped` and `failed` (see `events`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 10))]
     pub notifications: Vec<Notification>,
@@ -81,6 +82,97 @@ pub struct Notification {
     )]
     #[schemars(range(min = 0, max = 10080))]
     pub lead_minutes: Option<u32>,
+    /// When to notify: `reminder` (`leadMinutes` before the end), `started` (once the booking
+    /// holds its Resource and every member runs), `stopped` (once after the end, when the group
+    /// has stopped or was handed straight to the following booking) and `failed` (a start or
+    /// stop for this booking that AWS refused or that did not take, naming the member and
+    /// AWS's error). Absent or empty: `[reminder]`. Each at most once per booking.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "notification_events_schema")]
+    pub events: Vec<String>,
+}
+
+/// What a notification is sent for (see [`Notification::events`]).
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum NotificationEvent {
+    /// `leadMinutes` before the booking's end (the original's only notification).
+    #[default]
+    Reminder,
+    /// The booking holds its Resource and the group's start took.
+    Started,
+    /// After the booking's end, the group's stop took (or the group went to the next booking).
+    Stopped,
+    /// A start or stop for this booking did not take.
+    Failed,
+}
+
+/// The values of `events`, in the order the CRD's enum lists them.
+pub const NOTIFICATION_EVENTS: [&str; 4] = ["reminder", "started", "stopped", "failed"];
+
+impl NotificationEvent {
+    /// The wire string.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Reminder => "reminder",
+            Self::Started => "started",
+            Self::Stopped => "stopped",
+            Self::Failed => "failed",
+        }
+    }
+
+    /// The event named `s`, if any.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "reminder" => Some(Self::Reminder),
+            "started" => Some(Self::Started),
+            "stopped" => Some(Self::Stopped),
+            "failed" => Some(Self::Failed),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for NotificationEvent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Notification {
+    /// The events this notification is sent for: `events` without unknown values and
+    /// duplicates (the webhook denies both), `[reminder]` when none is given.
+    pub fn wanted_events(&self) -> Vec<NotificationEvent> {
+        let mut out: Vec<NotificationEvent> = Vec::new();
+        for e in self
+            .events
+            .iter()
+            .filter_map(|e| NotificationEvent::parse(e))
+        {
+            if !out.contains(&e) {
+                out.push(e);
+            }
+        }
+        if self.events.is_empty() {
+            out.push(NotificationEvent::Reminder);
+        }
+        out
+    }
+
+    /// Whether this notification is sent for `event`.
+    pub fn wants(&self, event: NotificationEvent) -> bool {
+        self.wanted_events().contains(&event)
+    }
+}
+
+fn notification_events_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "array",
+        "maxItems": 4,
+        "items": {"type": "string", "enum": NOTIFICATION_EVENTS},
+    })
 }
 
 /// Where a notification's recipient is read from.
@@ -141,18 +233,25 @@ pub struct BookingStatus {
     /// `SCHEDULED`, `IN PROGRESS`, `FINISHED` or `CONFLICT`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<BookingPhase>,
-    /// True once every notification of the booking has been sent.
+    /// True once every notification of the booking has been sent (for each event it asks for but
+    /// `failed`, which is sent only when something fails).
     #[serde(default)]
     pub notification_sent: bool,
     /// Notifications already sent, as `<index>:<type>:<recipient>` keys (for a webhook, whose
     /// URL is a secret, `<index>:webhook:<scheme>://<host>#<digest of the URL>`), so that each is
-    /// sent at most once.
+    /// sent at most once. The reminder is recorded by that key, every other event by
+    /// `<event>:` followed by it (e.g. `started:0:email:ann@example.com`).
     #[serde(
         rename = "notificationsSent",
         default,
         skip_serializing_if = "Vec::is_empty"
     )]
     pub notifications_sent: Vec<String>,
+    /// When the notification reconciler first saw the booking's Resource held by this booking
+    /// (RFC 3339). Recorded only for bookings with a `stopped` or `failed` notification: those
+    /// are sent after the end only for a booking that held its group.
+    #[serde(rename = "heldAt", default, skip_serializing_if = "Option::is_none")]
+    pub held_at: Option<String>,
     /// Standard conditions (`Ready`, …).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,

@@ -122,6 +122,7 @@ pub(super) fn check_notifications(
                 ),
             ),
         }
+        check_events(r, &at, &n.events);
         if let Some(lead) = n.lead_minutes {
             if lead > MAX_LEAD_MINUTES {
                 r.deny(
@@ -138,6 +139,27 @@ pub(super) fn check_notifications(
                     human_duration(slot.duration())
                 ));
             }
+        }
+    }
+}
+
+/// `{at}.events`: known events, each once.
+fn check_events(r: &mut Report, at: &str, events: &[String]) {
+    for (j, e) in events.iter().enumerate() {
+        let field = format!("{at}.events[{j}]");
+        if NotificationEvent::parse(e).is_none() {
+            r.deny(
+                &field,
+                format!(
+                    "{field}: {e:?} is not a notification event; use one of {} (absent means [reminder])",
+                    NOTIFICATION_EVENTS.join(", ")
+                ),
+            );
+        } else if events[..j].contains(e) {
+            r.deny(
+                &field,
+                format!("{field}: {e:?} is listed twice; give each event once"),
+            );
         }
     }
 }

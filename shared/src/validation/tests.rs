@@ -37,6 +37,7 @@ fn webhook_from(name: &str, key: &str, recipient: &str) -> Notification {
             },
         }),
         lead_minutes: None,
+        events: vec![],
     }
 }
 
@@ -45,6 +46,7 @@ fn email(recipient: &str) -> Notification {
         type_: "email".into(),
         recipient: recipient.into(),
         lead_minutes: None,
+        events: vec![],
         recipient_from: None,
     }
 }
@@ -283,12 +285,60 @@ fn booking_table() {
                     type_: "pigeon".into(),
                     recipient: "loft-3".into(),
                     lead_minutes: None,
+                    events: vec![],
                     recipient_from: None,
                 }],
                 ..ok_booking()
             },
             policy: Policy::default(),
             denied: Some(("spec.notifications[0].type", &["pigeon", "email, webhook"])),
+            warnings: 0,
+        },
+        Case {
+            what: "unknown notification event",
+            spec: BookingSpec {
+                notifications: vec![Notification {
+                    events: vec!["started".into(), "exploded".into()],
+                    ..email("ann@example.com")
+                }],
+                ..ok_booking()
+            },
+            policy: Policy::default(),
+            denied: Some((
+                "spec.notifications[0].events[1]",
+                &["exploded", "reminder, started, stopped, failed"],
+            )),
+            warnings: 0,
+        },
+        Case {
+            what: "a notification event listed twice",
+            spec: BookingSpec {
+                notifications: vec![Notification {
+                    events: vec!["stopped".into(), "failed".into(), "stopped".into()],
+                    ..email("ann@example.com")
+                }],
+                ..ok_booking()
+            },
+            policy: Policy::default(),
+            denied: Some(("spec.notifications[0].events[2]", &["stopped", "twice"])),
+            warnings: 0,
+        },
+        Case {
+            what: "every notification event, once each",
+            spec: BookingSpec {
+                notifications: vec![Notification {
+                    events: vec![
+                        "reminder".into(),
+                        "started".into(),
+                        "stopped".into(),
+                        "failed".into(),
+                    ],
+                    ..email("ann@example.com")
+                }],
+                ..ok_booking()
+            },
+            policy: Policy::default(),
+            denied: None,
             warnings: 0,
         },
         Case {
@@ -394,6 +444,7 @@ fn booking_table() {
                     type_: "webhook".into(),
                     recipient: "https://hooks.example.com/x".into(),
                     lead_minutes: Some(5),
+                    events: vec![],
                     recipient_from: None,
                 }],
                 ..ok_booking()
@@ -409,6 +460,7 @@ fn booking_table() {
                     type_: "webhook".into(),
                     recipient: "http://hooks.example.com/x".into(),
                     lead_minutes: None,
+                    events: vec![],
                     recipient_from: None,
                 }],
                 ..ok_booking()
@@ -427,6 +479,7 @@ fn booking_table() {
                     type_: "webhook".into(),
                     recipient: "slack".into(),
                     lead_minutes: None,
+                    events: vec![],
                     recipient_from: None,
                 }],
                 ..ok_booking()
@@ -440,6 +493,7 @@ fn booking_table() {
             spec: BookingSpec {
                 notifications: vec![Notification {
                     lead_minutes: Some(90),
+                    events: vec![],
                     recipient_from: None,
                     ..email("ann@example.com")
                 }],
@@ -454,6 +508,7 @@ fn booking_table() {
             spec: BookingSpec {
                 notifications: vec![Notification {
                     lead_minutes: Some(10_081),
+                    events: vec![],
                     recipient_from: None,
                     ..email("ann@example.com")
                 }],
@@ -570,6 +625,7 @@ fn booking_defaults_fill_absent_fields_only() {
             email("ann@example.com"),
             Notification {
                 lead_minutes: Some(5),
+                events: vec![],
                 recipient_from: None,
                 ..email("bob@example.com")
             },
@@ -789,6 +845,7 @@ fn scheduler_table() {
                         type_: "sms".into(),
                         recipient: "1".into(),
                         lead_minutes: None,
+                        events: vec![],
                         recipient_from: None,
                     }],
                     ..scheduler("0 * * * *", 1).booking_template
@@ -796,6 +853,23 @@ fn scheduler_table() {
                 ..scheduler("0 * * * *", 20)
             },
             Some(("spec.bookingTemplate.notifications[0].type", &["sms"])),
+        ),
+        (
+            "template unknown notification event",
+            BookingSchedulerSpec {
+                booking_template: BookingTemplate {
+                    notifications: vec![Notification {
+                        events: vec!["finished".into()],
+                        ..email("ann@example.com")
+                    }],
+                    ..scheduler("0 * * * *", 1).booking_template
+                },
+                ..scheduler("0 * * * *", 20)
+            },
+            Some((
+                "spec.bookingTemplate.notifications[0].events[0]",
+                &["finished", "started"],
+            )),
         ),
     ];
     for (what, spec, want) in cases {
@@ -1196,6 +1270,7 @@ fn notifications_and_ids_are_bounded_and_free_of_control_characters() {
             recipient: long,
             recipient_from: None,
             lead_minutes: None,
+            events: vec![],
         }],
     ));
     assert_eq!(e.fields(), ["spec.notifications[0].recipient"]);

@@ -921,6 +921,7 @@ fn booking_object(p: &Planned) -> Booking {
                     type_: "email".into(),
                     recipient: format!("{}@example.com", p.name),
                     lead_minutes: Some(LEAD_MINUTES),
+                    events: vec![],
                     recipient_from: None,
                 }]
             } else {

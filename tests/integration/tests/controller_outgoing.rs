@@ -403,6 +403,7 @@ async fn webhook_answers_are_bounded_and_webhook_urls_never_shown() {
             recipient: inline.clone(),
             recipient_from: None,
             lead_minutes: Some(30),
+            events: vec![],
         },
         Notification {
             type_: "webhook".into(),
@@ -414,6 +415,7 @@ async fn webhook_answers_are_bounded_and_webhook_urls_never_shown() {
                 },
             }),
             lead_minutes: Some(30),
+            events: vec![],
         },
     ];
     bookings.create(&PostParams::default(), &b).await.unwrap();

@@ -649,3 +649,59 @@ async fn limits_are_refused_by_the_schema_and_the_webhook_naming_the_field() {
         .await;
     assert!(out.ok, "{}", out.stderr);
 }
+
+/// A notification's `events`: the CRD's enum refuses an unknown event on its own; the webhook
+/// refuses one listed twice, naming the field; the four events, once each, are admitted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn notification_events_are_refused_naming_the_field() {
+    let mut system = System::start("tenancy-events").await;
+    let with = |name: &str, events: Value| {
+        let mut b = booking(name, "ann", 1, 2);
+        b["spec"]["notifications"] =
+            json!([{"type": "email", "recipient": "a@example.com", "events": events}]);
+        b.to_string()
+    };
+    let out = system
+        .admin(
+            &["create", "-f", "-"],
+            Some(&with("unknown", json!(["started", "exploded"]))),
+        )
+        .await;
+    assert!(!out.ok, "admitted:\n{}", out.stdout);
+    for want in [
+        "spec.notifications[0].events[1]: Unsupported value: \"exploded\"",
+        "\"reminder\", \"started\", \"stopped\", \"failed\"",
+    ] {
+        assert!(
+            out.stderr.contains(want),
+            "{want:?} missing:\n{}",
+            out.stderr
+        );
+    }
+    system.register_webhook(&[]).await;
+    let out = system
+        .admin(
+            &["create", "-f", "-"],
+            Some(&with("twice", json!(["stopped", "stopped"]))),
+        )
+        .await;
+    assert_denied(
+        &out,
+        "bookings.validate.manager.kotaico.de",
+        &[
+            "spec.notifications[0].events[1]:",
+            "\"stopped\" is listed twice",
+        ],
+        "an event listed twice",
+    );
+    let out = system
+        .admin(
+            &["create", "-f", "-"],
+            Some(&with(
+                "all",
+                json!(["reminder", "started", "stopped", "failed"]),
+            )),
+        )
+        .await;
+    assert!(out.ok, "{}", out.stderr);
+}
