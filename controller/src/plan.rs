@@ -92,8 +92,24 @@ pub struct Note {
     pub warning: bool,
     /// PascalCase reason.
     pub reason: &'static str,
-    /// Human-readable message naming the member.
+    /// Human-readable message naming the member and what was seen.
     pub message: String,
+    /// What the controller does about it, as said when acting and in dry-run mode (where it
+    /// only reports it): e.g. `("stopping it", "would stop it")`.
+    pub then: (&'static str, &'static str),
+}
+
+impl Note {
+    /// The Event's message: what was seen, then what the controller does (or, in dry-run mode,
+    /// would do) about it.
+    pub fn text(&self, dry_run: bool) -> String {
+        let (acting, would) = self.then;
+        if dry_run {
+            format!("{}; dry-run mode: {would}", self.message)
+        } else {
+            format!("{}; {acting}", self.message)
+        }
+    }
 }
 
 /// Lock tags to write on members.

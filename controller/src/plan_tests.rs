@@ -632,3 +632,38 @@ fn members_in_transit_ask_for_an_early_look() {
     ));
     assert!(!run(vec![member("i-1", "stopped", &[])], None));
 }
+
+#[test]
+fn a_member_running_without_a_booking_is_reported_with_what_is_done_or_would_be() {
+    let members = vec![member("i-1", "running", &[])];
+    let attempts = BTreeMap::new();
+    let keys = TagKeys::default();
+    let s = spec();
+    let p = plan(&PlanInput {
+        owner: OWNER,
+        kind: ProviderType::Ec2,
+        spec: &s,
+        booking_holder: None,
+        members: Some(&members),
+        observed_at: t(10, 0),
+        attempts: &attempts,
+        keys: &keys,
+        backoff: Backoff::default(),
+        now: t(10, 0),
+    });
+    assert_eq!(p.stop, ["i-1"]);
+    let note = p
+        .notes
+        .iter()
+        .find(|n| n.reason == "StartedOutside")
+        .expect("a StartedOutside note");
+    assert!(note.warning);
+    assert_eq!(
+        note.text(false),
+        "ec2 i-1 is running without a booking (started outside the operator or by AWS); stopping it"
+    );
+    assert_eq!(
+        note.text(true),
+        "ec2 i-1 is running without a booking (started outside the operator or by AWS); dry-run mode: would stop it"
+    );
+}

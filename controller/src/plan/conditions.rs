@@ -171,7 +171,8 @@ pub(super) fn degraded_condition(
         notes.push(Note {
             warning: true,
             reason: "StartFailed",
-            message: format!("{kind} {d}; check kms:CreateGrant on encrypted volumes and the instance's state reason; retrying with backoff"),
+            message: format!("{kind} {d}; check kms:CreateGrant on encrypted volumes and the instance's state reason"),
+            then: ("retrying with backoff", "would retry with backoff"),
         });
     }
     CondSpec::new("Degraded", true, "StartFellBack", &degraded.join("; "))

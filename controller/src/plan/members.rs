@@ -173,17 +173,19 @@ fn outside_change(
             warning: true,
             reason: "StoppedOutside",
             message: format!(
-                "{} {} was stopped outside the operator while booked; starting it again",
+                "{} {} was stopped outside the operator while booked",
                 kind, m.id
             ),
+            then: ("starting it again", "would start it again"),
         }),
         Op::Stop if !ours => Some(Note {
             warning: true,
             reason: "StartedOutside",
             message: format!(
-                "{} {} is {} without a booking (started outside the operator or by AWS); stopping it",
+                "{} {} is {} without a booking (started outside the operator or by AWS)",
                 kind, m.id, m.state
             ),
+            then: ("stopping it", "would stop it"),
         }),
         _ => None,
     }

@@ -236,7 +236,7 @@ pub(super) async fn report(
                 note.warning,
                 note.reason,
                 "Observe",
-                note.message.clone(),
+                note.text(ctx.dry_run.is_some()),
             )
             .await;
     }
