@@ -308,7 +308,7 @@ fn rbac_is_least_privilege_per_deployment() {
             }
         }
     }
-    let expected: BTreeSet<String> = CRD_KINDS
+    let expected: BTreeSet<String> = STATUS_KINDS
         .iter()
         .map(|k| format!("{}s", k.to_lowercase()))
         .collect();
@@ -418,7 +418,7 @@ fn argo_cd_health_checks_of_the_docs_read_the_ready_condition() {
         .expect("docs/argocd.md has the argocd-cm ConfigMap");
     let cm: ConfigMap = serde_yaml::from_str(block).expect("the argocd-cm example is valid YAML");
     let data = cm.data.unwrap();
-    for kind in CRD_KINDS {
+    for kind in STATUS_KINDS {
         let script = data
             .get(&format!(
                 "resource.customizations.health.manager.kotaico.de_{kind}"
