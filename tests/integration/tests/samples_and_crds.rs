@@ -212,12 +212,16 @@ fn crds_have_names_columns_and_descriptions() {
         );
         let v = &crd.spec.versions[0];
         assert!(v.served && v.storage);
-        assert!(
+        // Every kind the controller reports on has a status subresource; a BookingCalendar has
+        // no status (it is only read, by the schedulers naming it).
+        assert_eq!(
             v.subresources
                 .as_ref()
                 .and_then(|s| s.status.as_ref())
                 .is_some(),
-            "status subresource"
+            crd.spec.names.kind != "BookingCalendar",
+            "status subresource of {}",
+            crd.spec.names.kind
         );
         let cols: Vec<_> = v
             .additional_printer_columns
@@ -264,6 +268,17 @@ fn crds_have_names_columns_and_descriptions() {
             "INSTANCES",
             "RUNNING",
             "STATUS",
+            "AGE"
+        ]
+    );
+    assert_eq!(
+        cols("BookingScheduler"),
+        [
+            "SCHEDULE",
+            "DURATION",
+            "SUSPEND",
+            "NEXT",
+            "LAST BOOKING",
             "AGE"
         ]
     );
