@@ -230,10 +230,24 @@ async fn fire(
         });
     }
     if let Some(missed) = plan.skipped {
+        // Last seen suspended: the fire passed during the suspension (the resume came after
+        // its deadline), which is no fault.
+        let was_suspended = status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.reason == "Suspended");
         status.last_fire_time = Some(format_rfc3339(missed));
         if plan.suspended {
             // Not booked because of the suspension: no fault, no warning.
             return Ok(suspended());
+        }
+        if was_suspended {
+            return Ok(CondSpec::new(
+                "Ready",
+                true,
+                "Scheduled",
+                "resumed; the fire missed while suspended is not booked (beyond startingDeadlineSeconds or its slot ended)",
+            ));
         }
         return Ok(missed_fire(ctx, sched, missed).await);
     }

@@ -108,7 +108,8 @@ async fn bookings_of(e: &Env, name: &str) -> Vec<String> {
     names
 }
 
-/// The messages of the Events of reason `reason` about scheduler `name`.
+/// The messages of the Events of reason `reason` about scheduler `name`, each prefixed with its
+/// type (`Normal: …`, `Warning: …`).
 async fn events(e: &Env, name: &str, reason: &str) -> Vec<String> {
     let api: Api<Event> = Api::namespaced(e.client.clone(), &e.ns);
     api.list(&ListParams::default())
@@ -118,7 +119,13 @@ async fn events(e: &Env, name: &str, reason: &str) -> Vec<String> {
         .into_iter()
         .filter(|ev| ev.involved_object.name.as_deref() == Some(name))
         .filter(|ev| ev.reason.as_deref() == Some(reason))
-        .filter_map(|ev| ev.message)
+        .map(|ev| {
+            format!(
+                "{}: {}",
+                ev.type_.unwrap_or_default(),
+                ev.message.unwrap_or_default()
+            )
+        })
         .collect()
 }
 
@@ -244,11 +251,8 @@ async fn a_skipped_date_creates_no_booking_and_is_reported_once() {
     // One Normal SkippedFire Event for that fire; no booking; nothing missed.
     wait_for("the SkippedFire Event", Duration::from_secs(20), || async {
         let notes = events(&e, "holiday", "SkippedFire").await;
-        match notes
-            .iter()
-            .filter(|n| n.contains(&skipped.fire_time))
-            .count()
-        {
+        let normal = |n: &&String| n.starts_with("Normal: ") && n.contains(&skipped.fire_time);
+        match notes.iter().filter(normal).count() {
             1 => Ok(()),
             n => Err(format!("{n} Events for the fire: {notes:?}")),
         }
