@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use booking_shared::api::{BookingScheduler, ResourceMonitor};
+use booking_shared::api::{BookingCalendar, BookingScheduler, ResourceMonitor};
 use booking_shared::ops;
 use booking_shared::time::system_clock;
 use futures::Stream;
@@ -238,8 +238,15 @@ fn controllers(
         .reconcile_all_on(ticks(inventory.subscribe_scans()));
     // Schedulers and notifications run as controllers of their own, so that neither a slow SMTP
     // server nor a scheduler can delay a group's start or stop.
+    let scheduler_controller = Controller::new(api::<BookingScheduler>(client, ns), wc.clone())
+        .with_config(config.clone());
+    // A calendar created, changed or deleted wakes the schedulers that reference it.
+    let schedulers = scheduler_controller.store();
     let scheduler_controller =
-        Controller::new(api::<BookingScheduler>(client, ns), wc).with_config(config.clone());
+        scheduler_controller.watches(api::<BookingCalendar>(client, ns), wc, move |calendar| {
+            let state = schedulers.state();
+            crate::triggers::schedulers_of_calendar(state.iter().map(|s| s.as_ref()), &calendar)
+        });
     // A Resource's change (the status of each start and stop) wakes the bookings whose
     // notifications follow its group's state.
     let notified = {

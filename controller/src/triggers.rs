@@ -6,10 +6,12 @@
 //! - A Resource's appearance or deletion wakes the bookings naming it (they report whether their
 //!   Resource exists); its other changes (the status of every start and stop) do not:
 //!   [`ResourceTriggers`].
+//! - A BookingCalendar's creation, change or deletion wakes the BookingSchedulers of its
+//!   namespace that name it in `spec.calendars`: [`schedulers_of_calendar`].
 
 use std::collections::HashSet;
 
-use booking_shared::api::{Booking, Resource};
+use booking_shared::api::{Booking, BookingCalendar, BookingScheduler, Resource};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher::Event;
 
@@ -64,6 +66,20 @@ pub fn notified_by(
                 follows && open
             })
         })
+        .collect()
+}
+
+/// The schedulers among `schedulers` that name `calendar` in `spec.calendars` (same namespace).
+pub fn schedulers_of_calendar<'a>(
+    schedulers: impl IntoIterator<Item = &'a BookingScheduler>,
+    calendar: &BookingCalendar,
+) -> Vec<ObjectRef<BookingScheduler>> {
+    let name = calendar.metadata.name.as_deref().unwrap_or_default();
+    schedulers
+        .into_iter()
+        .filter(|s| s.metadata.namespace == calendar.metadata.namespace)
+        .filter(|s| s.spec.calendars.iter().any(|c| c.name == name))
+        .map(ObjectRef::from_obj)
         .collect()
 }
 
@@ -185,6 +201,38 @@ mod tests {
             t.on_event(&Event::Apply(resource("a", 1)), none, none),
             [key("a")]
         );
+    }
+
+    #[test]
+    fn a_calendar_wakes_the_schedulers_of_its_namespace_that_name_it() {
+        use booking_shared::api::{BookingCalendarSpec, BookingSchedulerSpec, CalendarRef};
+        let scheduler = |ns: &str, name: &str, calendars: &[&str]| {
+            let mut s = BookingScheduler::new(
+                name,
+                BookingSchedulerSpec {
+                    calendars: calendars
+                        .iter()
+                        .map(|c| CalendarRef { name: (*c).into() })
+                        .collect(),
+                    ..Default::default()
+                },
+            );
+            s.metadata.namespace = Some(ns.into());
+            s
+        };
+        let all = [
+            scheduler("team", "a", &["holidays"]),
+            scheduler("team", "b", &["plant", "holidays"]),
+            scheduler("team", "c", &["plant"]),
+            scheduler("other", "d", &["holidays"]),
+        ];
+        let mut calendar = BookingCalendar::new("holidays", BookingCalendarSpec::default());
+        calendar.metadata.namespace = Some("team".into());
+        let woken: Vec<String> = schedulers_of_calendar(&all, &calendar)
+            .into_iter()
+            .map(|r| format!("{}/{}", r.namespace.unwrap_or_default(), r.name))
+            .collect();
+        assert_eq!(woken, ["team/a", "team/b"]);
     }
 
     #[test]

@@ -96,11 +96,13 @@ pub const SUPPORTED_NOTIFICATION_TYPES: [&str; 2] = ["email", "webhook"];
 pub const DEFAULT_NOTIFICATION_LEAD_MINUTES: u32 = 20;
 
 mod booking;
+mod calendar;
 mod monitor;
 mod resource;
 mod scheduler;
 
 pub use booking::*;
+pub use calendar::*;
 pub use monitor::*;
 pub use resource::*;
 pub use scheduler::*;

@@ -4,7 +4,7 @@
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
 
-use crate::api::{Booking, BookingScheduler, Resource, ResourceMonitor};
+use crate::api::{Booking, BookingCalendar, BookingScheduler, Resource, ResourceMonitor};
 
 /// The four CRDs, in a stable order.
 pub fn all() -> Vec<CustomResourceDefinition> {
@@ -13,6 +13,7 @@ pub fn all() -> Vec<CustomResourceDefinition> {
         ResourceMonitor::crd(),
         Booking::crd(),
         BookingScheduler::crd(),
+        BookingCalendar::crd(),
     ]
     .into_iter()
     .map(without_unknown_formats)

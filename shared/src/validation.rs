@@ -28,13 +28,15 @@ use chrono::{DateTime, Duration, Utc};
 
 use crate::{
     api::{
-        Booking, BookingScheduler, BookingSchedulerSpec, BookingSpec,
-        DEFAULT_NOTIFICATION_LEAD_MINUTES, NOTIFICATION_EVENTS, Notification, NotificationEvent,
-        ProviderType, Resource, ResourceMonitor, ResourceMonitorSpec, ResourceSpec,
-        SUPPORTED_NOTIFICATION_TYPES, unsupported_type_message,
+        Booking, BookingCalendarSpec, BookingScheduler, BookingSchedulerSpec, BookingSpec,
+        CalendarRef, DEFAULT_NOTIFICATION_LEAD_MINUTES, MAX_CALENDAR_SKIP_DATES,
+        MAX_SCHEDULER_CALENDARS, MAX_SCHEDULER_SKIP_DATES, NOTIFICATION_EVENTS, Notification,
+        NotificationEvent, ProviderType, Resource, ResourceMonitor, ResourceMonitorSpec,
+        ResourceSpec, SUPPORTED_NOTIFICATION_TYPES, SkipDate, unsupported_type_message,
     },
     overlap::IndexedBooking,
     schedule::{CronSchedule, parse_time_zone},
+    scheduling::{SkipWhen, parse_skip_date},
     time::{Slot, format_rfc3339, parse_rfc3339},
 };
 

@@ -3,8 +3,8 @@
 use booking_shared::{
     api::{BookingSchedulerSpec, BookingTemplate, Notification},
     scheduling::{
-        booking_for_fire, booking_name, lead_time, notification_due_at, notification_should_send,
-        plan_scheduler,
+        Skips, booking_for_fire, booking_name, lead_time, notification_due_at,
+        notification_should_send, plan_scheduler,
     },
     time::Slot,
 };
@@ -25,7 +25,7 @@ fn spec(schedule: &str, duration: u32, deadline: Option<i64>) -> BookingSchedule
         },
         time_zone: None,
         starting_deadline_seconds: deadline,
-        finished_bookings_history_limit: None,
+        ..Default::default()
     }
 }
 
@@ -196,6 +196,7 @@ fn plan_table() {
     {
         let plan = plan_scheduler(
             &spec(schedule, *duration, *deadline),
+            &Skips::default(),
             utc(handled),
             utc(now),
         )
@@ -210,15 +211,29 @@ fn plan_table() {
 fn plan_in_a_time_zone_and_invalid_schedules() {
     let mut s = spec("0 9 * * *", 30, None);
     s.time_zone = Some("Europe/Berlin".into());
-    let plan =
-        plan_scheduler(&s, utc("2026-11-30T07:00:00Z"), utc("2026-11-30T08:00:00Z")).unwrap();
+    let plan = plan_scheduler(
+        &s,
+        &Skips::default(),
+        utc("2026-11-30T07:00:00Z"),
+        utc("2026-11-30T08:00:00Z"),
+    )
+    .unwrap();
     assert_eq!(plan.create, Some(utc("2026-11-30T08:00:00Z")));
     s.time_zone = Some("Nowhere/Land".into());
-    assert!(plan_scheduler(&s, utc("2026-11-30T07:00:00Z"), utc("2026-11-30T08:00:00Z")).is_err());
+    assert!(
+        plan_scheduler(
+            &s,
+            &Skips::default(),
+            utc("2026-11-30T07:00:00Z"),
+            utc("2026-11-30T08:00:00Z")
+        )
+        .is_err()
+    );
     let bad = spec("61 * * * *", 30, None);
     assert!(
         plan_scheduler(
             &bad,
+            &Skips::default(),
             utc("2026-11-30T07:00:00Z"),
             utc("2026-11-30T08:00:00Z")
         )

@@ -19,7 +19,7 @@
 
 use base64::{Engine as _, engine::general_purpose::STANDARD as BASE64};
 use booking_shared::{
-    api::{Booking, BookingScheduler, GROUP, Resource, ResourceMonitor},
+    api::{Booking, BookingCalendar, BookingScheduler, GROUP, Resource, ResourceMonitor},
     claims,
     overlap::IndexedBooking,
     time::Slot,
@@ -63,6 +63,8 @@ pub enum ServedKind {
     Resource,
     /// `ResourceMonitor`.
     ResourceMonitor,
+    /// `BookingCalendar`.
+    BookingCalendar,
 }
 
 impl ServedKind {
@@ -76,6 +78,7 @@ impl ServedKind {
             "BookingScheduler" => Some(Self::BookingScheduler),
             "Resource" => Some(Self::Resource),
             "ResourceMonitor" => Some(Self::ResourceMonitor),
+            "BookingCalendar" => Some(Self::BookingCalendar),
             _ => None,
         }
     }
@@ -245,7 +248,7 @@ pub fn admit_general(state: &State, endpoint: Endpoint, body: &[u8]) -> Decision
     let operation = operation_str(&request.operation);
     let Some(kind) = ServedKind::of(&request.kind) else {
         let message = format!(
-            "kind {:?} of group {:?} is not served by this webhook; it serves Booking, BookingScheduler, Resource and ResourceMonitor of {GROUP}: fix the rules of the webhook configuration",
+            "kind {:?} of group {:?} is not served by this webhook; it serves Booking, BookingScheduler, BookingCalendar, Resource and ResourceMonitor of {GROUP}: fix the rules of the webhook configuration",
             request.kind.kind, request.kind.group
         );
         return Decision {
@@ -318,6 +321,8 @@ fn validate(
         }),
         ServedKind::ResourceMonitor => typed::<ResourceMonitor>(object, "ResourceMonitor")
             .and_then(|m| validation::validate_resource_monitor(&m.spec)),
+        ServedKind::BookingCalendar => typed::<BookingCalendar>(object, "BookingCalendar")
+            .and_then(|c| validation::validate_booking_calendar(&c.spec)),
     };
     answer(req, outcome)
 }
@@ -579,6 +584,8 @@ fn mutate(
         ServedKind::ResourceMonitor => defaulted::<ResourceMonitor>(object, None, |m, _| {
             validation::default_resource_monitor(m)
         }),
+        // A calendar has no defaults.
+        ServedKind::BookingCalendar => None,
     };
     ((AdmissionResponse::from(req), ReviewResult::Allowed), patch)
 }

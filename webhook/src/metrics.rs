@@ -30,6 +30,7 @@ pub fn kind_label(kind: &str) -> &'static str {
         "BookingScheduler" => "BookingScheduler",
         "Resource" => "Resource",
         "ResourceMonitor" => "ResourceMonitor",
+        "BookingCalendar" => "BookingCalendar",
         "unknown" => "unknown",
         _ => "other",
     }

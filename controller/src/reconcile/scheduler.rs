@@ -10,10 +10,13 @@
 use std::{collections::BTreeMap, sync::Arc};
 
 use booking_shared::{
-    api::{Booking, BookingPhase, BookingScheduler, BookingSchedulerStatus},
+    api::{
+        Booking, BookingCalendar, BookingPhase, BookingScheduler, BookingSchedulerStatus,
+        SkippedFire, UpcomingFire,
+    },
     scheduling::{
-        SCHEDULER_LABEL, SchedulerPlan, booking_for_fire, booking_name, plan_scheduler,
-        scheduler_label_value,
+        SCHEDULER_LABEL, SchedulerPlan, SkipDateError, Skips, booking_for_fire, booking_name,
+        plan_scheduler, scheduler_label_value,
     },
     time::{Slot, format_rfc3339, kube_time, parse_rfc3339},
 };
@@ -49,35 +52,21 @@ pub async fn reconcile(sched: Arc<BookingScheduler>, ctx: Arc<Context>) -> Resul
         .as_deref()
         .and_then(|t| parse_rfc3339("status.lastFireTime", t).ok())
         .unwrap_or(created);
-    let plan = match plan_scheduler(&sched.spec, handled_until, now) {
+    let skips = match skips_of(&ctx, &sched, &ns).await? {
+        Ok(skips) => skips,
+        Err(refusal) => return hold(&ctx, &sched, &old, refusal, now).await,
+    };
+    let plan = match plan_scheduler(&sched.spec, &skips, handled_until, now) {
         Ok(plan) => plan,
         Err(e) => {
             // Only possible when admission was bypassed: report, create nothing, and wait for
             // the spec to change — no crash, no hot loop.
-            let conds = [CondSpec::new(
-                "Ready",
-                false,
-                "InvalidSchedule",
-                &e.to_string(),
-            )];
-            let status = BookingSchedulerStatus {
-                next: None,
-                conditions: merge(&old.conditions, &conds, sched.metadata.generation, now),
-                observed_generation: sched.metadata.generation,
-                ..old.clone()
+            let refusal = Refusal {
+                reason: "InvalidSchedule",
+                message: e.to_string(),
+                event: Some("Schedule"),
             };
-            if write_status(&ctx, sched.as_ref(), &status, None).await? {
-                ctx.events
-                    .publish(
-                        sched.as_ref(),
-                        true,
-                        "InvalidSchedule",
-                        "Schedule",
-                        e.to_string(),
-                    )
-                    .await;
-            }
-            return Ok(Action::await_change());
+            return hold(&ctx, &sched, &old, refusal, now).await;
         }
     };
     let bookings: Api<Booking> = Api::namespaced(ctx.client.clone(), &ns);
@@ -87,17 +76,122 @@ pub async fn reconcile(sched: Arc<BookingScheduler>, ctx: Arc<Context>) -> Resul
         prune_history(&bookings, &name, limit as usize, now).await?;
     }
     status.next = plan.next.map(format_rfc3339);
+    status.upcoming = plan
+        .upcoming
+        .iter()
+        .map(|(at, reason)| UpcomingFire {
+            fire_time: format_rfc3339(*at),
+            skipped: reason.is_some(),
+            reason: reason.clone(),
+        })
+        .collect();
     status.observed_generation = sched.metadata.generation;
     status.conditions = merge(&old.conditions, &[ready], sched.metadata.generation, now);
     write_status(&ctx, sched.as_ref(), &status, None).await?;
-    Ok(match plan.next {
-        Some(next) => Action::requeue(ctx.until(next)),
+    Ok(match plan.wake {
+        Some(wake) => Action::requeue(ctx.until(wake)),
         None => Action::await_change(),
     })
 }
 
-/// Acts on the plan's fire: creates its booking, or records a missed fire. Records the fire in
-/// `status` and returns the Ready condition.
+/// Why a scheduler creates nothing until its spec or a calendar changes: Ready=False with this
+/// reason and message, and a Warning Event (action `event`) when the status changes.
+struct Refusal {
+    reason: &'static str,
+    message: String,
+    event: Option<&'static str>,
+}
+
+/// Records a [`Refusal`]: no booking, no next fire, and fires stay pending (they are judged by
+/// the normal missed-fire rule once the cause is fixed). Waits for a change: calendars are
+/// watched, so one that appears wakes the scheduler.
+async fn hold(
+    ctx: &Context,
+    sched: &BookingScheduler,
+    old: &BookingSchedulerStatus,
+    refusal: Refusal,
+    now: DateTime<Utc>,
+) -> Result<Action> {
+    let conds = [CondSpec::new(
+        "Ready",
+        false,
+        refusal.reason,
+        &refusal.message,
+    )];
+    let status = BookingSchedulerStatus {
+        next: None,
+        upcoming: Vec::new(),
+        conditions: merge(&old.conditions, &conds, sched.metadata.generation, now),
+        observed_generation: sched.metadata.generation,
+        ..old.clone()
+    };
+    if write_status(ctx, sched, &status, None).await?
+        && let Some(action) = refusal.event
+    {
+        ctx.events
+            .publish(sched, true, refusal.reason, action, refusal.message)
+            .await;
+    }
+    Ok(Action::await_change())
+}
+
+/// The scheduler's skip dates: its own `spec.skipDates` and those of every BookingCalendar it
+/// references (read from the API server, so a calendar just created or changed counts at
+/// once). A refusal when a calendar does not exist (fail safe: a holiday must not be booked) or
+/// an entry cannot be read (only when admission was bypassed).
+async fn skips_of(
+    ctx: &Context,
+    sched: &BookingScheduler,
+    ns: &str,
+) -> Result<std::result::Result<Skips, Refusal>> {
+    let unreadable = |e: SkipDateError| Refusal {
+        reason: "InvalidSkipDates",
+        message: e.message,
+        event: Some("SkipDates"),
+    };
+    let mut skips = Skips::default();
+    if let Err(e) = skips.add("spec.skipDates", "spec.skipDates", &sched.spec.skip_dates) {
+        return Ok(Err(unreadable(e)));
+    }
+    let calendars: Api<BookingCalendar> = Api::namespaced(ctx.client.clone(), ns);
+    let mut missing = Vec::new();
+    for reference in &sched.spec.calendars {
+        let Some(calendar) = calendars.get_opt(&reference.name).await? else {
+            missing.push(reference.name.as_str());
+            continue;
+        };
+        let source = format!("calendar {}", reference.name);
+        let prefix = format!("BookingCalendar {}: spec.skipDates", reference.name);
+        if let Err(e) = skips.add(&prefix, &source, &calendar.spec.skip_dates) {
+            return Ok(Err(unreadable(e)));
+        }
+    }
+    if !missing.is_empty() {
+        let message = format!(
+            "spec.calendars names BookingCalendar {} that does not exist in namespace {ns}; no fire creates a booking until it does (a holiday must not be booked): create it, or remove it from spec.calendars",
+            missing.join(", ")
+        );
+        return Ok(Err(Refusal {
+            reason: "CalendarNotFound",
+            message,
+            event: Some("ReadCalendar"),
+        }));
+    }
+    Ok(Ok(skips))
+}
+
+/// The Ready condition while `spec.suspend` is true.
+fn suspended() -> CondSpec {
+    CondSpec::new(
+        "Ready",
+        true,
+        "Suspended",
+        "spec.suspend is true: no fire creates a booking; set it to false to resume (only the most recent fire missed meanwhile is booked, within startingDeadlineSeconds and while its slot is open)",
+    )
+}
+
+/// Acts on the plan's fire: creates its booking, records a fire a skip date cancels, or records
+/// a missed fire. Records the fire in `status` and returns the Ready condition.
 async fn fire(
     ctx: &Context,
     sched: &BookingScheduler,
@@ -110,25 +204,70 @@ async fn fire(
         status.last_fire_time = Some(format_rfc3339(fire));
         return Ok(ready);
     }
-    if let Some(missed) = plan.skipped {
+    if let Some((at, reason)) = &plan.cancelled {
         let message = format!(
-            "missed the fire at {} (the controller was not running); skipped because {}",
-            format_rfc3339(missed),
-            if sched.spec.starting_deadline_seconds.is_some() {
-                "it is older than startingDeadlineSeconds or its booking would already have ended"
-            } else {
-                "its booking would already have ended"
-            }
+            "skipped the fire at {}: {reason}; no booking created",
+            format_rfc3339(*at)
         );
         ctx.events
-            .publish(sched, true, "MissedFire", "CreateBooking", message.clone())
+            .publish(
+                sched,
+                false,
+                "SkippedFire",
+                "CreateBooking",
+                message.clone(),
+            )
             .await;
-        status.last_fire_time = Some(format_rfc3339(missed));
-        return Ok(CondSpec::new("Ready", true, "MissedFire", &message));
+        status.last_fire_time = Some(format_rfc3339(*at));
+        status.last_skipped = Some(SkippedFire {
+            fire_time: format_rfc3339(*at),
+            reason: reason.clone(),
+        });
+        return Ok(if plan.suspended {
+            suspended()
+        } else {
+            CondSpec::new("Ready", true, "SkippedFire", &message)
+        });
     }
-    // Keep the last outcome visible until the next fire.
+    if let Some(missed) = plan.skipped {
+        // Last seen suspended: the fire passed during the suspension (the resume came after
+        // its deadline), which is no fault.
+        let was_suspended = status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.reason == "Suspended");
+        status.last_fire_time = Some(format_rfc3339(missed));
+        if plan.suspended {
+            // Not booked because of the suspension: no fault, no warning.
+            return Ok(suspended());
+        }
+        if was_suspended {
+            return Ok(CondSpec::new(
+                "Ready",
+                true,
+                "Scheduled",
+                "resumed; the fire missed while suspended is not booked (beyond startingDeadlineSeconds or its slot ended)",
+            ));
+        }
+        return Ok(missed_fire(ctx, sched, missed).await);
+    }
+    if plan.suspended {
+        return Ok(suspended());
+    }
+    // Keep the last outcome visible until the next fire; a cause that is gone (suspension, a
+    // missing calendar, an unreadable entry) gives way to the schedule.
+    let gone = [
+        "Suspended",
+        "CalendarNotFound",
+        "InvalidSkipDates",
+        "InvalidSchedule",
+    ];
     Ok(
-        match status.conditions.iter().find(|c| c.type_ == "Ready") {
+        match status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Ready" && !gone.contains(&c.reason.as_str()))
+        {
             Some(previous) => CondSpec::new(
                 "Ready",
                 previous.status == "True",
@@ -138,6 +277,23 @@ async fn fire(
             None => CondSpec::new("Ready", true, "Scheduled", "waiting for the next fire time"),
         },
     )
+}
+
+/// Reports a fire missed while the controller was not running, and returns the Ready condition.
+async fn missed_fire(ctx: &Context, sched: &BookingScheduler, missed: DateTime<Utc>) -> CondSpec {
+    let message = format!(
+        "missed the fire at {} (the controller was not running); skipped because {}",
+        format_rfc3339(missed),
+        if sched.spec.starting_deadline_seconds.is_some() {
+            "it is older than startingDeadlineSeconds or its booking would already have ended"
+        } else {
+            "its booking would already have ended"
+        }
+    );
+    ctx.events
+        .publish(sched, true, "MissedFire", "CreateBooking", message.clone())
+        .await;
+    CondSpec::new("Ready", true, "MissedFire", &message)
 }
 
 /// Creates the booking of the fire at `fire`; AlreadyExists counts as created (a retry, a

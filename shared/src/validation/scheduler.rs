@@ -8,7 +8,9 @@ use super::*;
 /// the parser's reason); `duration` is at least one minute, within
 /// [`Policy::max_booking_duration`] and not longer than the shortest interval between two fires
 /// after `now` (else the scheduler's own bookings would overlap); the template is valid as a
-/// booking (resource name, user id, notifications).
+/// booking (resource name, user id, notifications); `skipDates` hold at most
+/// [`MAX_SCHEDULER_SKIP_DATES`] readable entries, a `fire` still ahead being a fire time of the
+/// schedule; `calendars` name at most [`MAX_SCHEDULER_CALENDARS`] distinct BookingCalendars.
 pub fn validate_booking_scheduler(
     spec: &BookingSchedulerSpec,
     policy: &Policy,
@@ -84,6 +86,16 @@ pub fn validate_booking_scheduler(
             ),
         );
     }
+    check_skip_dates(
+        &mut r,
+        "spec.skipDates",
+        &spec.skip_dates,
+        MAX_SCHEDULER_SKIP_DATES,
+    );
+    if let Some(schedule) = schedule.as_ref().filter(|_| zone.is_some()) {
+        check_skipped_fires_are_fires(&mut r, &spec.skip_dates, schedule, now);
+    }
+    check_calendar_refs(&mut r, &spec.calendars);
     let t = &spec.booking_template;
     check_resource_name(
         &mut r,
@@ -99,6 +111,111 @@ pub fn validate_booking_scheduler(
         sample_slot,
     );
     r.finish()
+}
+
+/// Validates a BookingCalendar's spec: at most [`MAX_CALENDAR_SKIP_DATES`] entries, each
+/// readable (see [`parse_skip_date`]).
+pub fn validate_booking_calendar(spec: &BookingCalendarSpec) -> Outcome {
+    let mut r = Report::default();
+    check_skip_dates(
+        &mut r,
+        "spec.skipDates",
+        &spec.skip_dates,
+        MAX_CALENDAR_SKIP_DATES,
+    );
+    r.finish()
+}
+
+/// Skip-date entries: at most `max`, each exactly one readable form with a short reason.
+fn check_skip_dates(r: &mut Report, field: &str, entries: &[SkipDate], max: usize) {
+    if entries.len() > max {
+        r.deny(
+            field,
+            format!(
+                "{field}: {} entries are more than the {max} allowed; use ranges (from/to) for consecutive days, or move shared holidays to a BookingCalendar",
+                entries.len()
+            ),
+        );
+    }
+    for (i, entry) in entries.iter().enumerate() {
+        if let Err(e) = parse_skip_date(&format!("{field}[{i}]"), entry) {
+            r.deny(e.field, e.message);
+        }
+    }
+}
+
+/// A `fire` entry still ahead must be a fire time of the schedule, else it cancels nothing (a
+/// typo in the minute, or the wrong offset). Past entries are not checked: a schedule may have
+/// changed since.
+fn check_skipped_fires_are_fires(
+    r: &mut Report,
+    entries: &[SkipDate],
+    schedule: &CronSchedule,
+    now: DateTime<Utc>,
+) {
+    for (i, entry) in entries.iter().enumerate() {
+        let field = format!("spec.skipDates[{i}].fire");
+        let Some(Ok(SkipWhen::Fire(at))) = entry
+            .fire
+            .as_deref()
+            .map(|f| parse_rfc3339(&field, f))
+            .map(|f| f.map(SkipWhen::Fire))
+        else {
+            continue;
+        };
+        if at <= now || schedule.next_after(at - Duration::seconds(1)) == Some(at) {
+            continue;
+        }
+        let before = schedule.last_at_or_before(at, Duration::days(SCHEDULE_HORIZON_DAYS));
+        let after = schedule.next_after(at);
+        let around = [before, after]
+            .into_iter()
+            .flatten()
+            .map(format_rfc3339)
+            .collect::<Vec<_>>()
+            .join(" and ");
+        r.deny(
+            field.clone(),
+            format!(
+                "{field}: {:?} is not a fire time of spec.schedule {:?} in its timeZone, so it would cancel nothing; the fires around it are {around}: use one of them",
+                entry.fire.as_deref().unwrap_or_default(),
+                schedule.expression()
+            ),
+        );
+    }
+}
+
+/// Calendar references: at most [`MAX_SCHEDULER_CALENDARS`], each a valid object name, none twice.
+fn check_calendar_refs(r: &mut Report, calendars: &[CalendarRef]) {
+    if calendars.len() > MAX_SCHEDULER_CALENDARS {
+        r.deny(
+            "spec.calendars",
+            format!(
+                "spec.calendars: {} calendars are more than the {MAX_SCHEDULER_CALENDARS} allowed; merge their skip dates into fewer BookingCalendars",
+                calendars.len()
+            ),
+        );
+    }
+    for (i, c) in calendars.iter().enumerate() {
+        let field = format!("spec.calendars[{i}].name");
+        if !is_object_name(&c.name) {
+            r.deny(
+                field.clone(),
+                format!(
+                    "{field}: {:?} is not a valid BookingCalendar name; use the name of a BookingCalendar in the same namespace: at most 253 lower-case letters, digits, '-' or '.', starting and ending with a letter or digit, e.g. public-holidays",
+                    c.name
+                ),
+            );
+        } else if calendars[..i].iter().any(|o| o.name == c.name) {
+            r.deny(
+                field.clone(),
+                format!(
+                    "{field}: {:?} is referenced twice; remove the repeated entry",
+                    c.name
+                ),
+            );
+        }
+    }
 }
 
 /// Fills the absent fields of a BookingScheduler: `timeZone: UTC`, the template's `user_id`

@@ -37,7 +37,15 @@ pub const CONTROLLER_SA: &str = "resource-booking-operator-controller-manager";
 /// The webhook's service account.
 pub const WEBHOOK_SA: &str = "resource-booking-operator-webhook";
 /// The kinds the product's CRDs serve.
-pub const CRD_KINDS: [&str; 4] = ["Booking", "BookingScheduler", "Resource", "ResourceMonitor"];
+pub const CRD_KINDS: [&str; 5] = [
+    "Booking",
+    "BookingCalendar",
+    "BookingScheduler",
+    "Resource",
+    "ResourceMonitor",
+];
+/// The kinds whose status the controller writes (a BookingCalendar has none: it is only read).
+pub const STATUS_KINDS: [&str; 4] = ["Booking", "BookingScheduler", "Resource", "ResourceMonitor"];
 /// The field manager Argo CD's server-side sync applies with.
 pub const ARGO_CD_MANAGER: &str = "argocd-controller";
 

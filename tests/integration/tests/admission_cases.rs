@@ -879,11 +879,15 @@ fn webhook_configurations_follow_the_registration_rules() {
     assert_eq!(
         validated,
         [
+            "bookingcalendars",
             "bookings",
             "bookingschedulers",
             "resourcemonitors",
             "resources"
         ]
     );
-    assert_eq!(mutated, ["bookings", "bookingschedulers"]);
+    assert_eq!(
+        mutated,
+        ["bookingcalendars", "bookings", "bookingschedulers"]
+    );
 }

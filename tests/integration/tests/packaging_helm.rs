@@ -161,7 +161,10 @@ fn helm_chart_defaults_install_two_hardened_deployments_with_a_generated_certifi
             path.display()
         );
     }
-    assert_eq!(all_of(&objects, "CustomResourceDefinition").len(), 4);
+    assert_eq!(
+        all_of(&objects, "CustomResourceDefinition").len(),
+        CRD_KINDS.len()
+    );
 
     // Self-signed mode: a TLS Secret whose CA is every webhook's caBundle and whose serving
     // certificate names the Service.

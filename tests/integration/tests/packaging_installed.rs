@@ -66,6 +66,10 @@ fn controller_rbac(
             allowed.push(format!("{verb} {k} -n {served}"));
             elsewhere(format!("{verb} {k}"));
         }
+        // A BookingCalendar has no status: the controller only reads it.
+        if k.starts_with("bookingcalendars") {
+            continue;
+        }
         for verb in ["get", "patch", "update"] {
             allowed.push(format!("{verb} {k} --subresource=status -n {served}"));
             elsewhere(format!("{verb} {k} --subresource=status"));
@@ -95,7 +99,7 @@ fn controller_rbac(
             refused.push(format!("{verb} {k} -n {served}"));
         }
     }
-    for k in ["bookingschedulers", "resourcemonitors"] {
+    for k in ["bookingschedulers", "resourcemonitors", "bookingcalendars"] {
         for verb in ["create", "delete"] {
             refused.push(format!("{verb} {k}.manager.kotaico.de -n {served}"));
         }

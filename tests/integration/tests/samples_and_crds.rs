@@ -18,7 +18,7 @@
 use std::collections::BTreeSet;
 
 use booking_harness::control_plane::TestCluster;
-use booking_shared::api::{Booking, BookingScheduler, Resource, ResourceMonitor};
+use booking_shared::api::{Booking, BookingCalendar, BookingScheduler, Resource, ResourceMonitor};
 use booking_tests::packaging::{CRD_KINDS, Plane, kind_of, name_of};
 use booking_tests::{crd_for_kind, output_with_stdin, read_yaml_documents, repo_root, shared_dir};
 use serde_json::{Value, json};
@@ -67,10 +67,11 @@ fn dry_run_create(cluster: &TestCluster, object: &Value) -> Result<String, Strin
     }
 }
 
-/// A manifest of one of the four kinds, parsed strictly into its `booking_shared::api` type.
+/// A manifest of one of the five kinds, parsed strictly into its `booking_shared::api` type.
 enum ApiObject {
     Booking(Booking),
     BookingScheduler(BookingScheduler),
+    BookingCalendar(BookingCalendar),
     Resource(Resource),
     ResourceMonitor(ResourceMonitor),
 }
@@ -82,6 +83,9 @@ impl ApiObject {
             "Booking" => ApiObject::Booking(serde_json::from_value(doc.clone()).unwrap()),
             "BookingScheduler" => {
                 ApiObject::BookingScheduler(serde_json::from_value(doc.clone()).unwrap())
+            }
+            "BookingCalendar" => {
+                ApiObject::BookingCalendar(serde_json::from_value(doc.clone()).unwrap())
             }
             "Resource" => ApiObject::Resource(serde_json::from_value(doc.clone()).unwrap()),
             "ResourceMonitor" => {
@@ -96,6 +100,7 @@ impl ApiObject {
         match self {
             ApiObject::Booking(b) => serde_json::to_value(&b.spec),
             ApiObject::BookingScheduler(s) => serde_json::to_value(&s.spec),
+            ApiObject::BookingCalendar(c) => serde_json::to_value(&c.spec),
             ApiObject::Resource(r) => serde_json::to_value(&r.spec),
             ApiObject::ResourceMonitor(m) => serde_json::to_value(&m.spec),
         }
@@ -158,7 +163,7 @@ async fn samples_are_accepted_by_the_api_server_serving_the_committed_crds() {
             Err(err) => panic!("{path} is refused by the API server:\n{err}"),
         }
     }
-    assert_eq!(kinds.len(), 4, "samples of the four kinds: {kinds:?}");
+    assert_eq!(kinds.len(), 5, "samples of the five kinds: {kinds:?}");
 }
 
 #[test]
@@ -207,12 +212,16 @@ fn crds_have_names_columns_and_descriptions() {
         );
         let v = &crd.spec.versions[0];
         assert!(v.served && v.storage);
-        assert!(
+        // Every kind the controller reports on has a status subresource; a BookingCalendar has
+        // no status (it is only read, by the schedulers naming it).
+        assert_eq!(
             v.subresources
                 .as_ref()
                 .and_then(|s| s.status.as_ref())
                 .is_some(),
-            "status subresource"
+            crd.spec.names.kind != "BookingCalendar",
+            "status subresource of {}",
+            crd.spec.names.kind
         );
         let cols: Vec<_> = v
             .additional_printer_columns
@@ -260,6 +269,17 @@ fn crds_have_names_columns_and_descriptions() {
             "INSTANCES",
             "RUNNING",
             "STATUS",
+            "AGE"
+        ]
+    );
+    assert_eq!(
+        cols("BookingScheduler"),
+        [
+            "SCHEDULE",
+            "DURATION",
+            "SUSPEND",
+            "NEXT",
+            "LAST BOOKING",
             "AGE"
         ]
     );
@@ -487,7 +507,9 @@ async fn samples_parse_into_the_api_types_and_pass_the_crd_schemas() {
                     seen_email |= b.spec.notifications.iter().any(|n| n.type_ == "email");
                 }
                 ApiObject::BookingScheduler(s) => seen_zone |= s.spec.time_zone.is_some(),
-                ApiObject::Resource(_) | ApiObject::ResourceMonitor(_) => {}
+                ApiObject::BookingCalendar(_)
+                | ApiObject::Resource(_)
+                | ApiObject::ResourceMonitor(_) => {}
             }
             let spec_back = object.spec();
             assert_eq!(

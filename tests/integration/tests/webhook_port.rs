@@ -564,6 +564,7 @@ async fn a_flood_stays_under_the_memory_limit_and_real_reviews_are_still_answere
             "BookingScheduler",
             "Resource",
             "ResourceMonitor",
+            "BookingCalendar",
             "unknown",
             "other"
         ]

@@ -7,7 +7,7 @@
 //! `AdmissionRequest<K>`. Anything that does not read that way returns `None` and is judged by
 //! the general path, which explains what is wrong.
 
-use booking_shared::api::{Booking, BookingScheduler, Resource, ResourceMonitor};
+use booking_shared::api::{Booking, BookingCalendar, BookingScheduler, Resource, ResourceMonitor};
 use booking_shared::validation::{self, Outcome};
 use kube::core::{
     GroupVersionKind, TypeMeta,
@@ -66,6 +66,9 @@ pub(super) fn validate(state: &State, body: &[u8]) -> Option<Decision> {
         }),
         ServedKind::ResourceMonitor => judge::<ResourceMonitor>(state, body, |_, _, m, _, _| {
             validation::validate_resource_monitor(&m.spec)
+        }),
+        ServedKind::BookingCalendar => judge::<BookingCalendar>(state, body, |_, _, c, _, _| {
+            validation::validate_booking_calendar(&c.spec)
         }),
     }
 }
