@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
 use booking_harness::control_plane::{self, LocalWebhooks};
-use booking_shared::api::{Booking, BookingScheduler, Resource, ResourceMonitor};
+use booking_shared::api::{Booking, BookingCalendar, BookingScheduler, Resource, ResourceMonitor};
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DynamicObject, PostParams};
@@ -916,12 +916,18 @@ async fn apply_samples(s: &Settings, client: &kube::Client) -> Result<()> {
                 "end_at": rfc3339(end),
                 "user_id": "demo-user",
                 "notifications": [
-                    {"type": "email", "recipient": "demo-user@sandbox.example", "leadMinutes": 1}
+                    {
+                        "type": "email",
+                        "recipient": "demo-user@sandbox.example",
+                        "leadMinutes": 1,
+                        "events": ["reminder", "started", "stopped", "failed"]
+                    }
                 ]
             }),
         ),
     )
     .await?;
+    create_dynamic(client, ns, holidays(ns, chrono::Utc::now())).await?;
     create_dynamic(
         client,
         ns,
@@ -933,6 +939,7 @@ async fn apply_samples(s: &Settings, client: &kube::Client) -> Result<()> {
                 "timeZone": "UTC",
                 "duration": 1,
                 "finishedBookingsHistoryLimit": 3,
+                "calendars": [{"name": "holidays"}],
                 "bookingTemplate": {
                     "resource_name": ANALYTICS_RESOURCE,
                     "user_id": "analytics-team"
@@ -942,6 +949,22 @@ async fn apply_samples(s: &Settings, client: &kube::Client) -> Result<()> {
     )
     .await?;
     Ok(())
+}
+
+/// The demo's shared holiday calendar: the coming Christmas days and New Year's Day, which the
+/// demo scheduler names in `spec.calendars` (so `kubectl get bks -o yaml` shows them in
+/// `status.upcoming` when they are near).
+fn holidays(ns: &str, now: chrono::DateTime<chrono::Utc>) -> (ApiResource, DynamicObject) {
+    use chrono::Datelike;
+    let year = now.year();
+    dynamic::<BookingCalendar>(
+        "holidays",
+        ns,
+        json!({"skipDates": [
+            {"from": format!("{year}-12-25"), "to": format!("{year}-12-26"), "reason": "Christmas"},
+            {"date": format!("{}-01-01", year + 1), "reason": "New Year's Day"}
+        ]}),
+    )
 }
 
 /// Quotes `v` for a POSIX shell when it needs it.
