@@ -218,7 +218,7 @@ fn check_calendar_refs(r: &mut Report, calendars: &[CalendarRef]) {
     }
 }
 
-/// Fills the absent fields of a BookingScheduler: `timeZone: UTC`, the template's `user_id`
+/// Fills the absent fields of a BookingScheduler: `timeZone: UTC`, `suspend: false`, the template's `user_id`
 /// (the old object's value on update, else the requesting user's name) and its notifications'
 /// `leadMinutes`.
 pub fn default_booking_scheduler(
@@ -230,6 +230,11 @@ pub fn default_booking_scheduler(
     if scheduler.spec.time_zone.is_none() {
         scheduler.spec.time_zone = Some("UTC".to_owned());
         out.push(Defaulted::new("spec.timeZone", "UTC"));
+    }
+    if scheduler.spec.suspend.is_none() {
+        // As a CronJob's: `kubectl get bks` then shows SUSPEND false rather than nothing.
+        scheduler.spec.suspend = Some(false);
+        out.push(Defaulted::new("spec.suspend", "false"));
     }
     let t = &mut scheduler.spec.booking_template;
     if t.user_id.is_empty() {

@@ -960,7 +960,8 @@ fn scheduler_defaults() {
         s.spec.booking_template.notifications[0].lead_minutes,
         Some(20)
     );
-    assert_eq!(filled.len(), 3);
+    assert_eq!(s.spec.suspend, Some(false), "suspend is filled as false");
+    assert_eq!(filled.len(), 4);
     assert!(
         default_booking_scheduler(&mut s, None, "dave").is_empty(),
         "idempotent"
@@ -969,11 +970,13 @@ fn scheduler_defaults() {
         "s",
         BookingSchedulerSpec {
             time_zone: Some("Europe/Berlin".into()),
+            suspend: Some(true),
             ..scheduler("0 * * * *", 20)
         },
     );
     assert!(default_booking_scheduler(&mut berlin, None, "x").is_empty());
     assert_eq!(berlin.spec.time_zone.as_deref(), Some("Europe/Berlin"));
+    assert_eq!(berlin.spec.suspend, Some(true), "a given suspend is kept");
 }
 
 // === Resource and ResourceMonitor ===
