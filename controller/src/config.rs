@@ -33,7 +33,7 @@ pub struct Args {
     pub tenancy: TenancyArgs,
     /// Dry-run mode: plan everything and report what would be done (Events `WouldStart`,
     /// `WouldStop`, `WouldNotify`, the Resource condition `DryRun`, the metric
-    /// `dry_run_actions_total`) without any AWS write and without sending notifications.
+    /// `booking_controller_dry_run_actions_total`) without any AWS write and without sending notifications.
     /// AWS is still read; Kubernetes objects are still written (statuses, Events, the
     /// Resources of monitors and the Bookings of schedulers).
     #[arg(long, env = "DRY_RUN")]

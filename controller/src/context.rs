@@ -10,6 +10,7 @@ use std::time::Duration;
 use booking_shared::api::Resource;
 use booking_shared::time::Clock;
 use chrono::{DateTime, Utc};
+use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{PatchParams, PostParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::Store;
@@ -280,6 +281,25 @@ impl Events {
     where
         K: kube::Resource<DynamicType = ()>,
     {
+        self.publish_related(obj, None, warning, reason, action, note)
+            .await;
+    }
+
+    /// [`Events::publish`] with a `related` object (the Event's second object, e.g. the Booking
+    /// a scheduler's fire created). Events of one object, reason and action are merged into one
+    /// series that keeps the first note, so what differs from one occurrence to the next (each
+    /// fire's booking) is given as `related`, and each gets an Event of its own.
+    pub async fn publish_related<K>(
+        &self,
+        obj: &K,
+        related: Option<ObjectReference>,
+        warning: bool,
+        reason: &str,
+        action: &str,
+        note: String,
+    ) where
+        K: kube::Resource<DynamicType = ()>,
+    {
         let ev = Event {
             type_: if warning {
                 EventType::Warning
@@ -289,7 +309,7 @@ impl Events {
             reason: reason.to_owned(),
             note: Some(truncate(note, MAX_NOTE)),
             action: action.to_owned(),
-            secondary: None,
+            secondary: related,
         };
         let _turn = self.writes.acquire().await.ok();
         if let Err(e) = self.recorder.publish(&ev, &obj.object_ref(&())).await {

@@ -189,7 +189,8 @@ impl Defaulted {
 
 fn default_lead_minutes(notifications: &mut [Notification], path: &str, out: &mut Vec<Defaulted>) {
     for (i, n) in notifications.iter_mut().enumerate() {
-        if n.lead_minutes.is_none() {
+        // `leadMinutes` times the reminder alone: a notification without it gets no default.
+        if n.lead_minutes.is_none() && n.wanted_events().contains(&NotificationEvent::Reminder) {
             n.lead_minutes = Some(DEFAULT_NOTIFICATION_LEAD_MINUTES);
             out.push(Defaulted::new(
                 format!("{path}[{i}].leadMinutes"),

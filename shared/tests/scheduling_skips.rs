@@ -319,7 +319,7 @@ fn bad_skip_dates_and_calendars_are_denied_by_field() {
                 ..Default::default()
             }],
             "spec.skipDates[0]",
-            &["none of them"],
+            &["none of them", "set one of them"],
         ),
         (
             "range without its end",

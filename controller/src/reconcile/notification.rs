@@ -320,7 +320,7 @@ async fn send_due(
                     format_rfc3339(slot.end)
                 );
                 ctx.events
-                    .publish(b, false, "NotificationSent", "Notify", note)
+                    .publish(b, false, "NotificationSent", notify_action(d.event), note)
                     .await;
             }
             Err(e) => {
@@ -373,6 +373,19 @@ async fn would_notify(
         ctx.events
             .publish(b, false, "WouldNotify", "Notify", note)
             .await;
+    }
+}
+
+/// The action of a sent notification's Event: `Notify` for the reminder (as before),
+/// `NotifyStarted`, `NotifyStopped`, `NotifyFailed` for the others. Events of one booking,
+/// reason and action are merged into one series that keeps the first note, so each event has
+/// an action of its own.
+fn notify_action(event: NotificationEvent) -> &'static str {
+    match event {
+        NotificationEvent::Reminder => "Notify",
+        NotificationEvent::Started => "NotifyStarted",
+        NotificationEvent::Stopped => "NotifyStopped",
+        NotificationEvent::Failed => "NotifyFailed",
     }
 }
 

@@ -21,8 +21,9 @@ use booking_shared::{
     time::{Slot, format_rfc3339, kube_time, parse_rfc3339},
 };
 use chrono::{DateTime, Utc};
+use k8s_openapi::api::core::v1::ObjectReference;
 use kube::{
-    Api, ResourceExt,
+    Api, Resource as _, ResourceExt,
     api::{DeleteParams, ListParams, ObjectMeta},
     runtime::controller::Action,
 };
@@ -210,8 +211,9 @@ async fn fire(
             format_rfc3339(*at)
         );
         ctx.events
-            .publish(
+            .publish_related(
                 sched,
+                Some(booking_ref(sched, *at)),
                 false,
                 "SkippedFire",
                 "CreateBooking",
@@ -291,7 +293,14 @@ async fn missed_fire(ctx: &Context, sched: &BookingScheduler, missed: DateTime<U
         }
     );
     ctx.events
-        .publish(sched, true, "MissedFire", "CreateBooking", message.clone())
+        .publish_related(
+            sched,
+            Some(booking_ref(sched, missed)),
+            true,
+            "MissedFire",
+            "CreateBooking",
+            message.clone(),
+        )
         .await;
     CondSpec::new("Ready", true, "MissedFire", &message)
 }
@@ -326,7 +335,14 @@ async fn create_booking(
             tracing::info!(booking = %booking_name, fire = %fire, "created booking");
             let note = format!("created booking {booking_name} for the fire at {at}");
             ctx.events
-                .publish(sched, false, "BookingCreated", "CreateBooking", note)
+                .publish_related(
+                    sched,
+                    Some(booking_ref(sched, fire)),
+                    false,
+                    "BookingCreated",
+                    "CreateBooking",
+                    note,
+                )
                 .await;
             let message = format!("created booking {booking_name}");
             status.last_booking = Some(booking_name);
@@ -362,6 +378,19 @@ async fn create_booking(
             Ok(CondSpec::new("Ready", false, "BookingRefused", &message))
         }
         Err(e) => Err(e.into()),
+    }
+}
+
+/// The Booking of `sched`'s fire at `fire` (created, or that would have been): the `related`
+/// object of the fire's Event, so that each fire's Event is one of its own rather than a repeat
+/// of the first one's note.
+fn booking_ref(sched: &BookingScheduler, fire: DateTime<Utc>) -> ObjectReference {
+    ObjectReference {
+        api_version: Some(Booking::api_version(&()).into_owned()),
+        kind: Some(Booking::kind(&()).into_owned()),
+        name: Some(booking_name(&sched.name_any(), fire)),
+        namespace: sched.namespace(),
+        ..ObjectReference::default()
     }
 }
 

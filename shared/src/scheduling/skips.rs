@@ -102,15 +102,15 @@ pub fn parse_skip_date(at: &str, entry: &SkipDate) -> Result<SkipWhen, SkipDateE
     .flatten()
     .collect();
     if forms.len() != 1 {
-        let found = if forms.is_empty() {
-            "none of them".to_owned()
+        let (found, fix) = if forms.is_empty() {
+            ("none of them".to_owned(), "set one of them")
         } else {
-            forms.join(" and ")
+            (forms.join(" and "), "split it into one entry per form")
         };
         return Err(err(
             "",
             format!(
-                "{at}: an entry sets exactly one of date (a day), from/to (a range of days) or fire (one fire time); this one sets {found}: split it into one entry per form"
+                "{at}: an entry sets exactly one of date (a day), from/to (a range of days) or fire (one fire time); this one sets {found}: {fix}"
             ),
         ));
     }

@@ -132,6 +132,7 @@ pub(super) fn check_notifications(
                     ),
                 );
             } else if let Some(slot) = slot
+                && n.wanted_events().contains(&NotificationEvent::Reminder)
                 && Duration::minutes(i64::from(lead)) >= slot.duration()
             {
                 r.warn(format!(

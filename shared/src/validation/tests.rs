@@ -629,10 +629,18 @@ fn booking_defaults_fill_absent_fields_only() {
                 recipient_from: None,
                 ..email("bob@example.com")
             },
+            Notification {
+                events: vec!["started".into(), "stopped".into()],
+                ..email("cy@example.com")
+            },
         ],
         ..ok_booking()
     });
     let filled = default_booking(&mut b, None, "carol");
+    assert_eq!(
+        b.spec.notifications[2].lead_minutes, None,
+        "leadMinutes times the reminder alone: no default without it"
+    );
     assert_eq!(b.spec.user_id, "carol");
     assert_eq!(
         b.spec.notifications[0].lead_minutes,
