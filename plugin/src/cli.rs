@@ -21,8 +21,8 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
         kubectl booking timeline ec2.web --days 7\n  \
         kubectl booking timeline ec2.web --free --for 2h\n  \
         kubectl booking book ec2.web --for 2h --at 09:00 --tz Europe/Berlin\n  \
-        kubectl booking extend web-abc12 --by 30m\n  \
-        kubectl booking release web-abc12\n\n\
+        kubectl booking extend ec2.web-x7k2p --by 30m\n  \
+        kubectl booking release ec2.web-x7k2p\n\n\
         Exit codes: 0 success, 1 the request failed or was refused, 2 bad usage."
 )]
 pub struct Cli {
@@ -83,27 +83,71 @@ pub enum Command {
     )]
     Tag(TagArgs),
     /// Who holds each Resource, until when, and what is next.
-    #[command(after_help = "Examples:\n  kubectl booking status\n  \
-        kubectl booking status ec2.web\n  kubectl booking status -A -o yaml")]
+    #[command(
+        long_about = "Who holds each Resource, until when, what is next, and the state of its \
+                      machines.\n\n\
+                      HELD BY, BOOKING, UNTIL and NEXT are computed from the Resource's Bookings \
+                      with the controller's own rule (the earlier-created of two overlapping \
+                      bookings holds the Resource; without a booking, its manual spec.booked_by), \
+                      at the current time: they are right even when the controller is not \
+                      running. GROUP (the machines' state and how many of them run) is what the \
+                      controller last wrote to the Resource's status; when that status names \
+                      another holder than the Bookings do, a note on stderr says so.",
+        after_help = "Examples:\n  kubectl booking status\n  \
+        kubectl booking status ec2.web\n  kubectl booking status -A -o yaml"
+    )]
     Status(StatusArgs),
     /// A Resource's bookings day by day, or its free slots.
-    #[command(after_help = "Examples:\n  kubectl booking timeline ec2.web\n  \
+    #[command(
+        long_about = "A Resource's bookings day by day: a row per day of --tz, one character per \
+                      half-hour of the wall clock (the hours line up under the ruler; on the day \
+                      the clocks jump forward the skipped half-hours stay blank, the row of a \
+                      23 h or 25 h day says so), each booking that holds the Resource drawn \
+                      with its letter in the legend, and a ^ under the current time. A booking \
+                      that overlaps an earlier-created one never holds the Resource: it is \
+                      listed with - and not drawn.\n\n\
+                      With --free: the free slots of those days, from now on, at least --for \
+                      long.",
+        after_help = "Examples:\n  kubectl booking timeline ec2.web\n  \
         kubectl booking timeline ec2.web --days 3 --tz Europe/Berlin\n  \
-        kubectl booking timeline ec2.web --free --for 2h")]
+        kubectl booking timeline ec2.web --from 2026-12-07 --days 2\n  \
+        kubectl booking timeline ec2.web --free --for 2h -o json"
+    )]
     Timeline(TimelineArgs),
     /// Book a Resource for a slot.
     #[command(
+        long_about = "Book a Resource for a slot: creates a Booking of it in the namespace. The \
+                      Resource must exist there. The admission webhook checks the booking; a \
+                      denial (e.g. an overlap, naming the booking in the way) is printed as the \
+                      API server returns it, with exit code 1. A wall time that --tz skips or \
+                      passes twice (daylight saving) is refused: give RFC 3339 with an offset.",
         after_help = "Examples:\n  kubectl booking book ec2.web --for 2h --now\n  \
         kubectl booking book ec2.web --for 90m --at 2026-12-02T09:00:00Z\n  \
         kubectl booking book ec2.web --for 1h --at '2026-12-02 09:00' --tz Europe/Berlin \
-        --notify email:team@example.com"
+        --notify email:team@example.com\n  \
+        kubectl booking book ec2.web --for 1h30m --at 14:00 --dry-run -o yaml"
     )]
     Book(BookArgs),
     /// Move a booking's end later (or earlier, with a negative duration).
-    #[command(after_help = "Examples:\n  kubectl booking extend web-abc12 --by 30m")]
+    #[command(
+        long_about = "Move a booking's end later (or earlier, with a negative duration). The \
+                      webhook refuses an end that overlaps the next booking. A booking that has \
+                      ended cannot be extended; to end one now, use release. The change is a \
+                      merge patch on the resourceVersion read: a booking changed meanwhile is \
+                      refused (run again) rather than overwritten.",
+        after_help = "Examples:\n  kubectl booking extend ec2.web-x7k2p --by 30m\n  \
+        kubectl booking extend ec2.web-x7k2p --by=-15m"
+    )]
     Extend(ExtendArgs),
     /// End a booking now: its machines are switched off (unless the next booking follows).
-    #[command(after_help = "Examples:\n  kubectl booking release web-abc12")]
+    #[command(
+        long_about = "End a booking now: its end_at becomes the current time (to the second), and its machines are switched off unless the next booking \
+                      follows. A booking that has not started yet is not released: cancel it \
+                      with kubectl delete bookings.manager.kotaico.de NAME. A booking that has \
+                      ended is an error.",
+        after_help = "Examples:\n  kubectl booking release ec2.web-x7k2p\n  \
+        kubectl delete bookings.manager.kotaico.de ec2.web-x7k2p   # cancel one not started"
+    )]
     Release(ReleaseArgs),
     /// Print a shell completion script.
     #[command(
@@ -200,6 +244,9 @@ pub struct TimelineArgs {
     /// IANA time zone of the days and times shown (default: UTC).
     #[arg(long, value_name = "ZONE", default_value = "UTC")]
     pub tz: String,
+    /// The first day shown, a date in --tz (`2026-12-07`; default: today).
+    #[arg(long, value_name = "DATE")]
+    pub from: Option<String>,
 }
 
 /// `book`.

@@ -18,6 +18,10 @@ pub enum Error {
     /// A named object that does not exist.
     #[error("{0}")]
     NotFound(String),
+    /// An object that is not in a state the command applies to (releasing a finished booking,
+    /// extending one that has ended, …); the message says what to do instead.
+    #[error("{0}")]
+    State(String),
     /// An AWS call that failed, or no credentials.
     #[error("{0}")]
     Aws(String),

@@ -13,6 +13,9 @@ pub mod error;
 pub mod instances;
 pub mod kubeconn;
 pub mod output;
+pub mod status;
+pub mod timeline;
+pub mod when;
 
 use std::io::Write;
 
