@@ -232,7 +232,7 @@ pub struct TimelineArgs {
     /// The Resource.
     #[arg(value_name = "RESOURCE")]
     pub resource: String,
-    /// How many days to show, from today.
+    /// How many days to show, from --from.
     #[arg(long, default_value_t = 7, value_parser = clap::value_parser!(u32).range(1..=92))]
     pub days: u32,
     /// List the free slots instead of drawing the timeline.

@@ -203,11 +203,13 @@ pub fn render(
     now: DateTime<Utc>,
 ) -> String {
     let tz = window.tz;
-    let last = window.day(window.days - 1);
+    let first = window.from.format("%a %Y-%m-%d").to_string();
+    let days = match window.days {
+        1 => first,
+        n => format!("{first} to {}", window.day(n - 1).format("%a %Y-%m-%d")),
+    };
     let mut s = format!(
-        "Resource {resource} in {namespace}, {} to {}, times in {}; one character per 30 min\n",
-        window.from.format("%a %Y-%m-%d"),
-        last.format("%a %Y-%m-%d"),
+        "Resource {resource} in {namespace}, {days}, times in {}; one character per 30 min\n",
         tz.name()
     );
     let label_width = "Mon 2026-12-07".len() + 3;

@@ -78,7 +78,7 @@ fn the_zone_shifts_the_bars_and_now_outside_the_window_draws_no_marker() {
     let w = window("2026-12-08", 1, "Europe/Berlin");
     let got = render("team", "ec2.web", &at(&december(), now), &w, now);
     let want = "\
-Resource ec2.web in team, Tue 2026-12-08 to Tue 2026-12-08, times in Europe/Berlin; one character per 30 min
+Resource ec2.web in team, Tue 2026-12-08, times in Europe/Berlin; one character per 30 min
                  00    03    06    09    12    15    18    21
 Tue 2026-12-08   AAAAA...............*CCCCC......................
 
@@ -134,7 +134,7 @@ fn a_day_of_23_hours_leaves_the_skipped_hour_blank() {
     let w = window("2027-03-28", 1, "Europe/Berlin");
     let got = render("team", "ec2.web", &at(&views, now), &w, now);
     let want = "\
-Resource ec2.web in team, Sun 2027-03-28 to Sun 2027-03-28, times in Europe/Berlin; one character per 30 min
+Resource ec2.web in team, Sun 2027-03-28, times in Europe/Berlin; one character per 30 min
                  00    03    06    09    12    15    18    21
 Sun 2027-03-28   ..AA  AAAA......................................   23 h
 

@@ -695,6 +695,10 @@ web-1   ec2.web    alice   2026-12-07T09:00:00+09:00   2026-12-07T11:00:00+09:00
         ],
     )
     .await;
+    println!(
+        "$ kubectl booking book ec2.web --for 1h --at {date}T01:30:00Z --name web-2\n{}",
+        out.stderr
+    );
     out.fails(
         1,
         &[
