@@ -387,6 +387,10 @@ async fn make_run_reconciles_and_admits_against_the_cluster_and_ctrl_c_stops_bot
         "{l}"
     );
     assert!(
+        !l.contains("the controller or the webhook exited"),
+        "Ctrl-C, not one of them exiting, stopped make run: {l}"
+    );
+    assert!(
         l.contains(&format!(
             "make run: unregistered the webhook configurations {webhook_name}"
         )),
