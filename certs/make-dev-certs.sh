@@ -16,10 +16,12 @@ set -euo pipefail
 
 usage() {
   cat <<USAGE
-usage: $0 [--out-dir DIR] [--namespace NS] [--service NAME] [--days N] [--new-ca]
+usage: $0 [--out-dir DIR] [--namespace NS] [--service NAME] [--san LIST] [--days N] [--new-ca]
   --out-dir DIR    where to write (default: certs/out beside this script)
   --namespace NS   namespace of the webhook Service (default: resource-booking-operator-system)
   --service NAME   name of the webhook Service (default: booking-webhook)
+  --san LIST       more subjectAltNames of the serving certificate, comma-separated, e.g.
+                   IP:127.0.0.1,DNS:localhost (a webhook run outside the cluster, make run)
   --days N         validity of the serving certificate in days (default: 365; the CA: 3650)
   --new-ca         replace an existing CA (webhook configurations must then be re-applied)
 USAGE
@@ -32,12 +34,14 @@ namespace=resource-booking-operator-system
 service=booking-webhook
 days=365
 new_ca=false
+extra_san=""
 
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --out-dir) out_dir=${2:?--out-dir needs a value}; shift 2 ;;
     --namespace) namespace=${2:?--namespace needs a value}; shift 2 ;;
     --service) service=${2:?--service needs a value}; shift 2 ;;
+    --san) extra_san=${2:?--san needs a value}; shift 2 ;;
     --days) days=${2:?--days needs a value}; shift 2 ;;
     --new-ca) new_ca=true; shift ;;
     -h|--help) usage; exit 0 ;;
@@ -50,6 +54,13 @@ done
 label='^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$'
 [[ "$namespace" =~ $label ]] || { echo "--namespace $namespace is not a DNS label" >&2; exit 2; }
 [[ "$service" =~ $label ]] || { echo "--service $service is not a DNS label" >&2; exit 2; }
+san_entry='^(DNS:[A-Za-z0-9.-]+|IP:[0-9A-Fa-f.:]+)$'
+if [[ -n "$extra_san" ]]; then
+  IFS=, read -ra sans <<<"$extra_san"
+  for s in "${sans[@]}"; do
+    [[ "$s" =~ $san_entry ]] || { echo "--san: $s is not DNS:<name> or IP:<address> (e.g. --san IP:127.0.0.1,DNS:localhost)" >&2; exit 2; }
+  done
+fi
 command -v openssl >/dev/null || { echo "openssl is required (apt-get install openssl)" >&2; exit 1; }
 
 mkdir -p "$out_dir"
@@ -70,6 +81,7 @@ if [[ "$new_ca" == true || ! -s "$out_dir/ca.key" || ! -s "$out_dir/ca.crt" ]]; 
 fi
 
 dns="DNS:$service,DNS:$service.$namespace,DNS:$service.$namespace.svc,DNS:$service.$namespace.svc.cluster.local"
+[[ -z "$extra_san" ]] || dns="$dns,$extra_san"
 cat > "$work/ext.cnf" <<EXT
 basicConstraints=critical,CA:FALSE
 keyUsage=critical,digitalSignature

@@ -309,6 +309,12 @@ impl ManagedProcess {
         signal_group(self.child.id(), rustix::process::Signal::TERM);
     }
 
+    /// Sends SIGINT to the process's group and returns at once: what Ctrl-C in a terminal does
+    /// to the foreground job (every process of the group gets it).
+    pub fn interrupt(&self) {
+        signal_group(self.child.id(), rustix::process::Signal::INT);
+    }
+
     /// Waits up to `timeout` for the process to exit by itself; `None` if it still runs.
     ///
     /// # Errors
