@@ -20,6 +20,10 @@ pub enum Error {
 }
 
 impl Error {
+    /// Every value of [`Error::metric_label`].
+    pub const METRIC_LABELS: [&'static str; 5] =
+        ["conflict", "kube", "aws", "malformed", "serialize"];
+
     /// Label for the failures metric.
     pub fn metric_label(&self) -> &'static str {
         match self {

@@ -62,6 +62,7 @@ impl Feeds {
     pub fn new(client: &kube::Client, ns: &str, metrics: Metrics) -> (Caches, Self) {
         let (bookings_store, bookings_writer) = kube::runtime::reflector::store::<Booking>();
         let (resources_store, resources_writer) = kube::runtime::reflector::store::<Resource>();
+        metrics.watch_caches(bookings_store.clone(), resources_store.clone());
         let index = Arc::new(BookingIndex::default());
         let resources_synced = Arc::new(Synced::default());
         let (resource_tx, resource_triggers) = mpsc::unbounded::<ObjectRef<Resource>>();

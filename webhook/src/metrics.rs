@@ -73,6 +73,19 @@ pub struct Metrics {
     pub rejected_requests: Family<ReasonLabels, Counter>,
 }
 
+/// Every `reason` of [`ReasonLabels`].
+pub const REJECT_REASONS: [&str; 9] = [
+    "body_too_large",
+    "body_timeout",
+    "not_found",
+    "method_not_allowed",
+    "body_error",
+    "connection_limit",
+    "in_flight_limit",
+    "body_budget",
+    "reservation_limit",
+];
+
 /// Labels of requests rejected before admission.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReasonLabels {
@@ -122,6 +135,18 @@ impl Metrics {
             "HTTP requests rejected before admission, by reason",
             rejected_requests.clone(),
         );
+        // The closed label sets exist from the start, at zero, so that `increase()` and `rate()`
+        // see a counter's first increment (a series born at 1 shows none).
+        for result in ["success", "failure"] {
+            let _ = certificate_reloads.get_or_create(&ReloadLabels {
+                result: result.to_owned(),
+            });
+        }
+        for reason in REJECT_REASONS {
+            let _ = rejected_requests.get_or_create(&ReasonLabels {
+                reason: reason.to_owned(),
+            });
+        }
         Self {
             registry: Arc::new(Mutex::new(registry)),
             decisions,

@@ -311,6 +311,7 @@ async fn send_due(
         };
         match sent {
             Ok(()) => {
+                ctx.metrics.notification(d.event, true);
                 tracing::info!(notification = %key, event = %d.event, "sent notification");
                 let note = format!(
                     "sent the {} notification to {}{} (booking ends at {})",
@@ -324,6 +325,7 @@ async fn send_due(
                     .await;
             }
             Err(e) => {
+                ctx.metrics.notification(d.event, false);
                 retry |= e.is_transient();
                 let message = format!(
                     "{} notification to {}{}: {e}",

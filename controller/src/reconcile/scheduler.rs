@@ -32,6 +32,7 @@ use super::{ns_name, write_status};
 use crate::conditions::{CondSpec, merge};
 use crate::context::{Context, post_params};
 use crate::error::Result;
+use crate::metrics::FireOutcome;
 
 /// Reconciles one BookingScheduler.
 #[tracing::instrument(skip_all, fields(namespace, name))]
@@ -206,6 +207,7 @@ async fn fire(
         return Ok(ready);
     }
     if let Some((at, reason)) = &plan.cancelled {
+        ctx.metrics.scheduler_fire(FireOutcome::Skipped);
         let message = format!(
             "skipped the fire at {}: {reason}; no booking created",
             format_rfc3339(*at)
@@ -283,6 +285,7 @@ async fn fire(
 
 /// Reports a fire missed while the controller was not running, and returns the Ready condition.
 async fn missed_fire(ctx: &Context, sched: &BookingScheduler, missed: DateTime<Utc>) -> CondSpec {
+    ctx.metrics.scheduler_fire(FireOutcome::Missed);
     let message = format!(
         "missed the fire at {} (the controller was not running); skipped because {}",
         format_rfc3339(missed),
@@ -332,6 +335,7 @@ async fn create_booking(
     let at = format_rfc3339(fire);
     match bookings.create(&post_params(), &booking).await {
         Ok(_) => {
+            ctx.metrics.scheduler_fire(FireOutcome::Booked);
             tracing::info!(booking = %booking_name, fire = %fire, "created booking");
             let note = format!("created booking {booking_name} for the fire at {at}");
             ctx.events
@@ -362,6 +366,7 @@ async fn create_booking(
         // (throttling, a server or transport failure, an expired credential) fails the
         // reconcile, which is retried with the per-object backoff; the fire stays pending.
         Err(kube::Error::Api(e)) if refusal_is_permanent(e.code) => {
+            ctx.metrics.scheduler_fire(FireOutcome::Refused);
             let message = format!(
                 "booking {booking_name} for the fire at {at} was refused: {}",
                 e.message

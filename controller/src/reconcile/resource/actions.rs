@@ -76,16 +76,27 @@ pub(super) async fn act(
                 )
             }
         },
-        start_or_stop(ctx, provider, region, members, &p.start, None),
-        start_or_stop(ctx, provider, region, members, &p.stop, Some(p.hibernate)),
+        timed(start_or_stop(
+            ctx, provider, region, members, &p.start, None
+        )),
+        timed(start_or_stop(
+            ctx,
+            provider,
+            region,
+            members,
+            &p.stop,
+            Some(p.hibernate)
+        )),
     );
     let now = ctx.now();
-    if let Some(out) = &started {
-        record(ctx, Op::Start, out, now);
-    }
-    if let Some(out) = &stopped {
-        record(ctx, Op::Stop, out, now);
-    }
+    let started = started.map(|(out, seconds)| {
+        record(ctx, Op::Start, &out, now, seconds);
+        out
+    });
+    let stopped = stopped.map(|(out, seconds)| {
+        record(ctx, Op::Stop, &out, now, seconds);
+        out
+    });
     let mut unlocked = Vec::new();
     for (id, keys) in &p.unlock {
         let outcome = exec.untag(provider, region, &target(id), keys).await;
@@ -196,7 +207,20 @@ async fn start_or_stop(
     Some(out)
 }
 
-fn record(ctx: &Context, op: Op, outcomes: &Outcomes, now: DateTime<Utc>) {
+/// The outcomes of `calls`, when any call was made, with the seconds they took.
+async fn timed(
+    calls: impl std::future::Future<Output = Option<Outcomes>>,
+) -> Option<(Outcomes, f64)> {
+    let began = std::time::Instant::now();
+    let out = calls.await?;
+    Some((out, began.elapsed().as_secs_f64()))
+}
+
+/// Remembers the attempts of `op` on the members in `outcomes` and counts them.
+fn record(ctx: &Context, op: Op, outcomes: &Outcomes, now: DateTime<Utc>, seconds: f64) {
+    let failed = outcomes.iter().filter(|(_, r)| r.is_err()).count();
+    ctx.metrics
+        .member_actions(op, outcomes.len() - failed, failed, seconds);
     let mut attempts = ctx
         .groups
         .attempts
