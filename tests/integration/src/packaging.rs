@@ -129,6 +129,27 @@ pub fn base() -> Vec<Value> {
     kustomize(&repo_root().join("manifests"))
 }
 
+/// An overlay of the kustomize base with `components` (names under `manifests/components/`),
+/// rendered. kustomize takes only relative paths: the overlay's folder names the base from
+/// itself up to `/`, then down.
+pub fn base_with_components(components: &[&str]) -> Vec<Value> {
+    let dir = TestDir::new("kustomize-overlay").expect("a folder for the overlay");
+    let manifests = repo_root().join("manifests").canonicalize().unwrap();
+    let up = "../".repeat(dir.path().canonicalize().unwrap().components().count() - 1);
+    let base = format!(
+        "{up}{}",
+        manifests.display().to_string().trim_start_matches('/')
+    );
+    let mut overlay = format!(
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - {base}\ncomponents:\n"
+    );
+    for c in components {
+        overlay.push_str(&format!("  - {base}/components/{c}\n"));
+    }
+    std::fs::write(dir.path().join("kustomization.yaml"), overlay).unwrap();
+    kustomize(dir.path())
+}
+
 /// An object's kind.
 pub fn kind_of(o: &Value) -> &str {
     o["kind"].as_str().expect("every object has a kind")
@@ -266,6 +287,25 @@ pub fn assert_well_formed(o: &Value) {
                     "Certificate needs spec.{field}"
                 );
             }
+        }
+        // The Prometheus Operator's kinds: their schema is its CRDs', which the monitoring tests
+        // apply them against (packaging_monitoring.rs); here, what a scrape and the rules need.
+        ("monitoring.coreos.com/v1", "ServiceMonitor") => {
+            for field in ["selector", "endpoints"] {
+                assert!(
+                    !o["spec"][field].is_null(),
+                    "ServiceMonitor needs spec.{field}"
+                );
+            }
+        }
+        ("monitoring.coreos.com/v1", "PrometheusRule") => {
+            assert!(
+                o["spec"]["groups"]
+                    .as_array()
+                    .is_some_and(|g| !g.is_empty()),
+                "PrometheusRule {} has rule groups",
+                name_of(o)
+            );
         }
         (api, kind) => panic!("unexpected object {api} {kind} {}", name_of(o)),
     }

@@ -144,23 +144,7 @@ fn the_kustomize_component_turns_tenancy_on() {
     let base = base();
     let webhook = "booking-webhook";
     assert_eq!(env(&base, webhook, "RESTRICT_USER_ID"), None);
-    let dir = tempfile::tempdir().unwrap();
-    // kustomize takes only relative paths: from the overlay up to `/`, then down.
-    let manifests = repo_root().join("manifests").canonicalize().unwrap();
-    let up = "../".repeat(dir.path().canonicalize().unwrap().components().count() - 1);
-    let manifests = format!(
-        "{up}{}",
-        manifests.display().to_string().trim_start_matches('/')
-    );
-    std::fs::write(
-        dir.path().join("kustomization.yaml"),
-        format!(
-            "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - {base}\ncomponents:\n  - {base}/components/restrict-user-id\n",
-            base = manifests
-        ),
-    )
-    .unwrap();
-    let on = kustomize(dir.path());
+    let on = base_with_components(&["restrict-user-id"]);
     assert_eq!(
         env(&on, webhook, "RESTRICT_USER_ID").as_deref(),
         Some("true")
