@@ -9,7 +9,7 @@ PYTHON ?= python3
 TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: all build test lint fmt-check clippy venv tools nextest control-plane monitoring-tools crds demo sandbox-up sandbox-down help bench
+.PHONY: all build test lint fmt-check clippy venv tools nextest control-plane monitoring-tools krew-tool crds demo sandbox-up sandbox-down help bench
 .PHONY: install uninstall run deploy undeploy docker-build docker-push list-instances mark-managed tag-instances plugin install-plugin krew-archive
 
 all: build
@@ -73,6 +73,11 @@ control-plane:
 monitoring-tools:
 	@bash tests/monitoring/build.sh >/dev/null
 
+# krew, kubectl's plugin manager, for the test that installs kubectl-booking through it; built from
+# its Go module once and cached apart from the other tools.
+krew-tool:
+	@bash tests/krew/build.sh >/dev/null
+
 fmt-check:
 	$(CARGO) fmt --all --check
 
@@ -83,7 +88,7 @@ lint: fmt-check clippy
 
 # Every test runs against one shared control plane that booking-control-plane starts before the
 # suite and stops after it (tests that restart or reconfigure a cluster start their own).
-test: venv tools nextest control-plane monitoring-tools lint
+test: venv tools nextest control-plane monitoring-tools krew-tool lint
 	$(CARGO) build --workspace --bins --locked
 	$(TARGET_DIR)/debug/booking-control-plane run -- $(CARGO) nextest run --workspace --locked --no-fail-fast
 	$(CARGO) test --workspace --doc --locked
