@@ -22,7 +22,7 @@ use crate::error::{Error, Result};
 /// 7 × 24 h (`2d` is `48h`); months and years, whose length varies, are refused. A zero duration
 /// is refused, as is anything shorter than a second (bookings are written to the second).
 pub fn parse_duration(flag: &str, value: &str, signed: bool) -> Result<Duration> {
-    let hint = "write it like 2h, 90m, 1h30m or 2d";
+    let hint = "write it like 2h, 90m or 1h30m (days: 2d)";
     let shorten = if signed { ", or -30m to shorten" } else { "" };
     let span = Span::from_str(value.trim()).map_err(|e| {
         Error::Usage(format!(
