@@ -11,7 +11,7 @@ use std::io::Write;
 use booking_shared::api::{Booking, BookingSpec, Notification, Resource};
 use booking_shared::arbitration::{BookingView, arbitrate};
 use booking_shared::time::{Slot, format_rfc3339};
-use chrono::{DateTime, Duration, DurationRound, Utc};
+use chrono::{DateTime, Datelike, Days, Duration, DurationRound, Utc};
 use chrono_tz::Tz;
 use kube::api::{Api, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use serde_json::json;
@@ -24,7 +24,7 @@ use crate::status::{status_row, status_table};
 use crate::timeline::{
     Window, entries, free_rows, free_slots, free_table, render, timeline as timeline_of,
 };
-use crate::when::{parse_date, parse_duration, parse_time, parse_zone, rfc3339_in};
+use crate::when::{checked_add, parse_date, parse_duration, parse_time, parse_zone, rfc3339_in};
 
 /// The field manager of the plugin's writes.
 const FIELD_MANAGER: &str = "kubectl-booking";
@@ -37,6 +37,7 @@ pub async fn status(
     out: &mut dyn Write,
 ) -> Result<()> {
     let (resources, bookings) = match &args.resource {
+        Some(name) if conn.all_namespaces => return Err(by_name_everywhere(name)),
         Some(name) => (
             vec![resource(conn, name).await?],
             list::<Booking>(conn, false, "Bookings").await?,
@@ -78,6 +79,9 @@ pub async fn timeline(
     args: &TimelineArgs,
     out: &mut dyn Write,
 ) -> Result<()> {
+    if conn.all_namespaces {
+        return Err(by_name_everywhere(&args.resource));
+    }
     let tz = parse_zone("--tz", &args.tz)?;
     let min = args
         .for_
@@ -89,6 +93,16 @@ pub async fn timeline(
         Some(d) => parse_date("--from", d)?,
         None => now.with_timezone(&tz).date_naive(),
     };
+    if from
+        .checked_add_days(Days::new(u64::from(args.days)))
+        .is_none_or(|end| end.year() > 9999)
+    {
+        return Err(Error::Usage(format!(
+            "--from {from} with --days {}: the days shown would end after the year 9999; give \
+             an earlier --from",
+            args.days
+        )));
+    }
     let window = Window {
         from,
         days: args.days,
@@ -140,7 +154,14 @@ pub async fn book(
         }
         None => now.duration_trunc(Duration::seconds(1)).unwrap_or(now),
     };
-    let end = start + length;
+    let end = checked_add(start, length).ok_or_else(|| {
+        Error::Usage(format!(
+            "--for {:?}: a booking starting at {} would end after the year 9999; give a shorter \
+             length",
+            args.for_,
+            rfc3339_in(start, tz)
+        ))
+    })?;
     resource(conn, &args.resource).await?;
     let booking = Booking {
         metadata: ObjectMeta {
@@ -219,7 +240,12 @@ pub fn extended_end(
             utc(slot.end)
         )));
     }
-    let end = slot.end + by;
+    let end = checked_add(slot.end, by).ok_or_else(|| {
+        Error::Usage(format!(
+            "--by {}: booking {name} would end after the year 9999; extend it by less",
+            crate::when::format_duration(by)
+        ))
+    })?;
     if end <= slot.start {
         return Err(Error::Usage(format!(
             "--by {}: booking {name} would end at {}, not after its start {}; shorten it by \
@@ -349,7 +375,22 @@ where
     api.list(&ListParams::default())
         .await
         .map(|l| l.items)
-        .map_err(|e| Error::from_kube(&format!("listing {what}"), e))
+        .map_err(|e| match e {
+            kube::Error::Api(s) if s.code == 403 && all_namespaces => Error::Api(format!(
+                "listing {what} in all namespaces: {}; drop -A to list namespace {} only, or \
+                 ask for a ClusterRole that may list them",
+                s.message, conn.namespace
+            )),
+            e => Error::from_kube(&format!("listing {what}"), e),
+        })
+}
+
+/// `-A` with a name: kubectl's own refusal, with the fix.
+fn by_name_everywhere(name: &str) -> Error {
+    Error::Usage(format!(
+        "-A with RESOURCE {name:?}: a Resource cannot be read by name across all namespaces; \
+         drop -A and give its namespace with -n"
+    ))
 }
 
 fn bookings_api(conn: &Conn) -> Api<Booking> {
@@ -437,6 +478,21 @@ mod tests {
         let e = extended_end("b", slot(), d(30), t("2026-12-07T11:00:00Z")).unwrap_err();
         assert!(
             matches!(e, Error::State(_)) && e.to_string().contains("ended at 2026-12-07T11:00:00Z"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn extending_past_the_year_9999_is_refused_not_a_panic() {
+        let now = t("2026-12-07T10:00:00Z");
+        let e = extended_end("b", slot(), Duration::days(3_000_000), now).unwrap_err();
+        assert!(
+            matches!(e, Error::Usage(_)) && e.to_string().contains("after the year 9999"),
+            "{e}"
+        );
+        let e = by_name_everywhere("ec2.web").to_string();
+        assert!(
+            e.contains("-A with RESOURCE \"ec2.web\"") && e.contains("-n"),
             "{e}"
         );
     }

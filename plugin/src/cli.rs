@@ -238,7 +238,7 @@ pub struct TimelineArgs {
     /// List the free slots instead of drawing the timeline.
     #[arg(long)]
     pub free: bool,
-    /// With --free: the least length of a free slot, e.g. 2h, 90m, 1h30m.
+    /// With --free: the least length of a free slot, e.g. 2h, 90m, 1h30m, 1d (24 h).
     #[arg(long = "for", value_name = "DURATION", requires = "free")]
     pub for_: Option<String>,
     /// IANA time zone of the days and times shown (default: UTC).
@@ -255,7 +255,7 @@ pub struct BookArgs {
     /// The Resource to book.
     #[arg(value_name = "RESOURCE")]
     pub resource: String,
-    /// Length of the slot, e.g. 2h, 90m, 1h30m.
+    /// Length of the slot, e.g. 2h, 90m, 1h30m, 2d (a day counts 24 h).
     #[arg(long = "for", value_name = "DURATION")]
     pub for_: String,
     /// Start: RFC 3339 (`2026-12-02T09:00:00Z`) or local wall time in --tz

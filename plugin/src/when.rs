@@ -14,22 +14,37 @@ use booking_shared::schedule::parse_time_zone;
 use booking_shared::time::parse_rfc3339;
 use chrono::{DateTime, Duration, LocalResult, NaiveDate, NaiveDateTime, NaiveTime, TimeZone, Utc};
 use chrono_tz::Tz;
-use k8s_openapi::jiff::SignedDuration;
+use k8s_openapi::jiff::{Span, SpanRelativeTo};
 
 use crate::error::{Error, Result};
 
-/// Parses the duration of `flag`; `signed` admits a negative one. A zero duration is refused,
-/// as is anything shorter than a second (bookings are written to the second).
+/// Parses the duration of `flag`; `signed` admits a negative one. Days and weeks count 24 h and
+/// 7 × 24 h (`2d` is `48h`); months and years, whose length varies, are refused. A zero duration
+/// is refused, as is anything shorter than a second (bookings are written to the second).
 pub fn parse_duration(flag: &str, value: &str, signed: bool) -> Result<Duration> {
-    let hint = "write it like 2h, 90m or 1h30m";
-    let parsed = SignedDuration::from_str(value.trim()).map_err(|e| {
+    let hint = "write it like 2h, 90m or 1h30m (days: 2d)";
+    let shorten = if signed { ", or -30m to shorten" } else { "" };
+    let span = Span::from_str(value.trim()).map_err(|e| {
         Error::Usage(format!(
-            "{flag} {value:?} is not a duration ({e}); {hint}{}",
-            if signed { ", or -30m to shorten" } else { "" }
+            "{flag} {value:?} is not a duration ({e}); {hint}{shorten}"
         ))
     })?;
-    let d = Duration::seconds(parsed.as_secs())
-        + Duration::nanoseconds(i64::from(parsed.subsec_nanos()));
+    if span.get_years() != 0 || span.get_months() != 0 {
+        return Err(Error::Usage(format!(
+            "{flag} {value:?}: months and years have no fixed length; give days, hours or              minutes ({hint}{shorten})"
+        )));
+    }
+    let too_long = || {
+        Error::Usage(format!(
+            "{flag} {value:?} is too long to be a booking's length; {hint}{shorten}"
+        ))
+    };
+    let parsed = span
+        .to_duration(SpanRelativeTo::days_are_24_hours())
+        .map_err(|_| too_long())?;
+    let d = Duration::try_seconds(parsed.as_secs())
+        .and_then(|s| s.checked_add(&Duration::nanoseconds(i64::from(parsed.subsec_nanos()))))
+        .ok_or_else(too_long)?;
     if d.is_zero() || d.num_seconds() == 0 {
         return Err(Error::Usage(format!(
             "{flag} {value:?} is shorter than a second; {hint}"
@@ -41,6 +56,19 @@ pub fn parse_duration(flag: &str, value: &str, signed: bool) -> Result<Duration>
         )));
     }
     Ok(d)
+}
+
+/// The latest instant a booking may reach: the end of year 9999, the last RFC 3339 can write.
+pub fn latest() -> DateTime<Utc> {
+    NaiveDate::from_ymd_opt(9999, 12, 31)
+        .and_then(|d| d.and_hms_opt(23, 59, 59))
+        .unwrap_or_default()
+        .and_utc()
+}
+
+/// `t + d`, or `None` past [`latest`] (where RFC 3339 cannot write the time).
+pub fn checked_add(t: DateTime<Utc>, d: Duration) -> Option<DateTime<Utc>> {
+    t.checked_add_signed(d).filter(|t| *t <= latest())
 }
 
 /// A duration as the friendly form reads it: `2h`, `1h 30m`, `45m`, `1h 0m 30s`.
@@ -221,6 +249,43 @@ mod tests {
             assert!(e.contains(want), "{text}: {e}");
             assert!(e.contains("1h30m"), "{text}: {e}");
         }
+    }
+
+    #[test]
+    fn days_and_weeks_are_24_hours_and_no_length_panics_or_leaks_the_parser() {
+        assert_eq!(
+            parse_duration("--for", "2d", false).unwrap(),
+            Duration::hours(48)
+        );
+        assert_eq!(
+            parse_duration("--for", "1w 1d", false).unwrap(),
+            Duration::hours(192)
+        );
+        let e = parse_duration("--for", "1 month", false)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("--for \"1 month\": months and years have no fixed length"),
+            "{e}"
+        );
+        // Beyond chrono's range (jiff reads up to i64 seconds), and beyond jiff's own.
+        for huge in ["10000000000000000s", "99999999999999999999h"] {
+            let e = parse_duration("--for", huge, false)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(&format!("--for {huge:?}")), "{e}");
+            assert!(!e.contains("jiff::"), "{e}");
+        }
+        // A length jiff and chrono hold, ending in a year RFC 3339 cannot write.
+        let long = parse_duration("--for", "100000000h", false).unwrap();
+        let start = utc("2026-12-01T10:00:00Z");
+        assert_eq!(checked_add(start, long), None);
+        assert_eq!(
+            checked_add(start, Duration::hours(1)),
+            Some(utc("2026-12-01T11:00:00Z"))
+        );
+        assert_eq!(checked_add(start, Duration::days(3_000_000)), None);
+        assert_eq!(checked_add(start, Duration::MAX), None);
     }
 
     #[test]

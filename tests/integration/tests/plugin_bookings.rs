@@ -799,6 +799,60 @@ web-1   ec2.web    alice   2026-12-07T09:00:00+09:00   2026-12-07T11:00:00+09:00
         .await
         .fails(2, &["--by \"a bit\" is not a duration"]);
 
+    // Lengths beyond what a time can hold are usage errors, not panics; days are 24 h.
+    for huge in ["10000000000000000s", "100000000h"] {
+        let out = plugin(&kc, ns, &["book", "ec2.web", "--for", huge, "--now"]).await;
+        out.fails(2, &[&format!("--for {huge:?}")]);
+        assert!(!out.stderr.contains("panicked"), "{}", out.stderr);
+    }
+    plugin(&kc, ns, &["extend", "web-1", "--by", "100000000h"])
+        .await
+        .fails(2, &["--by", "after the year 9999"]);
+    let out = plugin(
+        &kc,
+        ns,
+        &[
+            "book",
+            "ec2.web",
+            "--for",
+            "1d",
+            "--at",
+            &format!("{date}T12:00:00Z"),
+            "--dry-run",
+            "-o",
+            "json",
+        ],
+    )
+    .await;
+    assert_eq!(
+        json(out.ok())["spec"]["end_at"],
+        format!(
+            "{}T12:00:00Z",
+            (mon + chrono::Duration::days(1)).format("%Y-%m-%d")
+        )
+    );
+    let out = plugin(
+        &kc,
+        ns,
+        &["timeline", "ec2.web", "--from", "9999-12-30", "--days", "7"],
+    )
+    .await;
+    out.fails(
+        2,
+        &["--from 9999-12-30 with --days 7", "after the year 9999"],
+    );
+    assert!(!out.stderr.contains("panicked"), "{}", out.stderr);
+    // A name across all namespaces is refused as kubectl refuses it.
+    for cmd in [
+        &["status", "ec2.web", "-A"][..],
+        &["timeline", "ec2.web", "-A"],
+    ] {
+        plugin(&kc, ns, cmd).await.fails(
+            2,
+            &["-A with RESOURCE \"ec2.web\"", "give its namespace with -n"],
+        );
+    }
+
     // Releasing: not before the start, ends a running booking now, then nothing to release.
     plugin(&kc, ns, &["release", "web-1"]).await.fails(
         1,
