@@ -180,10 +180,30 @@ pub fn failure(op: &str, region: &str, e: &AwsError) -> String {
         "UnauthorizedOperation" | "AccessDenied" | "AccessDeniedException"
     ) {
         "; the credentials lack this permission: grant it in IAM, or use other credentials".into()
+    } else if matches!(e.code.as_str(), "DispatchFailure" | "TimedOut") {
+        "; check the network, the region and AWS_ENDPOINT_URL if set".into()
     } else {
         String::new()
     };
-    format!("{op} in {region} failed: {e}{hint}")
+    format!(
+        "{op} in {region} failed: {}: {}{hint}",
+        e.code,
+        without_debug_dump(&e.message)
+    )
+}
+
+/// A transport error's message without the debug rendering the SDK appends to its sentences
+/// (` (DispatchFailure(DispatchFailure { … }))`).
+fn without_debug_dump(message: &str) -> &str {
+    [
+        "DispatchFailure",
+        "TimeoutError",
+        "ConstructionFailure",
+        "ResponseError",
+    ]
+    .iter()
+    .find_map(|v| message.find(&format!(" ({v}(")))
+    .map_or(message, |at| &message[..at])
 }
 
 #[cfg(test)]
@@ -252,5 +272,21 @@ mod tests {
         )
         .to_string();
         assert!(!e.contains("credentials"), "{e}");
+        let e = call_failed(
+            "DescribeInstances",
+            "eu-west-1",
+            &AwsError::new(
+                "DispatchFailure",
+                "dispatch failure: io error: Connection refused (os error 111) \
+                 (DispatchFailure(DispatchFailure { source: ConnectorError { kind: Io } }))",
+            ),
+        )
+        .to_string();
+        assert_eq!(
+            e,
+            "DescribeInstances in eu-west-1 failed: DispatchFailure: dispatch failure: io error: \
+             Connection refused (os error 111); check the network, the region and \
+             AWS_ENDPOINT_URL if set"
+        );
     }
 }
