@@ -192,7 +192,7 @@ impl Args {
     /// Checks values clap cannot check.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let p = &self.aws.tag_prefix;
-        if p.is_empty() || p.len() > 100 || p.starts_with("aws:") {
+        if !crate::tags::is_valid_prefix(p) {
             return Err(ConfigError(format!(
                 "--tag-prefix/TAG_PREFIX {p:?} must be 1–100 characters and must not start with \"aws:\" (reserved by AWS)"
             )));

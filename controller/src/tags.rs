@@ -15,6 +15,12 @@ pub const LEGACY_PREFIX: &str = "resource-booking-";
 /// stopped by the operator (the group would replace them).
 pub const ASG_TAG: &str = "aws:autoscaling:groupName";
 
+/// Whether `prefix` can prefix the operator's tag keys: 1–100 characters (AWS keys hold at
+/// most 128, and the longest suffix is 12) not starting with `aws:`, which AWS reserves.
+pub fn is_valid_prefix(prefix: &str) -> bool {
+    !prefix.is_empty() && prefix.len() <= 100 && !prefix.starts_with("aws:")
+}
+
 /// The tag keys, resolved once from the configured prefix.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TagKeys {

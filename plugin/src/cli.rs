@@ -163,11 +163,12 @@ pub struct AwsArgs {
     /// AWS region; repeat for several (default: the AWS configuration's region).
     #[arg(long = "region", value_name = "REGION")]
     pub regions: Vec<String>,
-    /// Prefix of the operator's tag keys (`<prefix>/managed`, `<prefix>/application`, …).
+    /// Prefix of the operator's tag keys (`<prefix>managed`, `<prefix>application`, …): the
+    /// controller's `--tag-prefix`. The original's `resource-booking-…` keys are read too.
     #[arg(
         long,
         env = "BOOKING_TAG_PREFIX",
-        default_value = "resource-booking",
+        default_value = booking_controller::tags::DEFAULT_PREFIX,
         value_name = "PREFIX"
     )]
     pub tag_prefix: String,

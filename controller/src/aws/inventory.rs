@@ -17,27 +17,10 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use tokio::sync::{Notify, watch};
 
-use super::{AwsResult, Ec2Api, Ec2Filter, MAX_FILTER_VALUES, RdsApi};
+use super::{AwsResult, Ec2Api, Ec2Filter, MAX_FILTER_VALUES, RdsApi, paginate};
 use crate::metrics::Metrics;
 use crate::model::{InventoryKey, Member, ProviderType};
 use crate::tags::{Key, TagKeys};
-
-/// Every page of a listing: `page(token)` until AWS gives no next token.
-async fn paginate<'a, F>(mut page: F) -> AwsResult<Vec<Member>>
-where
-    F: FnMut(Option<String>) -> futures::future::BoxFuture<'a, AwsResult<super::Page>>,
-{
-    let mut out = Vec::new();
-    let mut token: Option<String> = None;
-    loop {
-        let (members, next) = page(token.take()).await?;
-        out.extend(members);
-        match next {
-            Some(n) => token = Some(n),
-            None => return Ok(out),
-        }
-    }
-}
 
 /// The last observation of one (type, region).
 #[derive(Debug, Clone)]

@@ -97,6 +97,12 @@ pub enum Ec2Filter {
     /// the key form is checked locally so one call covers both key forms). At most
     /// [`MAX_FILTER_VALUES`] values.
     TagValues(Vec<String>),
+    /// These instances (one `instance-id` filter: IDs that do not exist are left out of the
+    /// answer rather than failing the call, as `InstanceIds` would). At most
+    /// [`MAX_FILTER_VALUES`] IDs.
+    InstanceIds(Vec<String>),
+    /// Every instance of the region, tagged or not (the kubectl plugin's listing).
+    All,
 }
 
 /// Most filter values EC2 accepts in one DescribeInstances call ("The maximum number of filter
@@ -105,6 +111,23 @@ pub const MAX_FILTER_VALUES: usize = 200;
 
 /// One page of a listing and the token of the next page.
 pub type Page = (Vec<Member>, Option<String>);
+
+/// Every page of a listing: `page(token)` until AWS gives no next token.
+pub async fn paginate<'a, F>(mut page: F) -> AwsResult<Vec<Member>>
+where
+    F: FnMut(Option<String>) -> BoxFuture<'a, AwsResult<Page>>,
+{
+    let mut out = Vec::new();
+    let mut token: Option<String> = None;
+    loop {
+        let (members, next) = page(token.take()).await?;
+        out.extend(members);
+        match next {
+            Some(n) => token = Some(n),
+            None => return Ok(out),
+        }
+    }
+}
 
 /// The EC2 calls the controller makes. `region` is an AWS region name.
 pub trait Ec2Api: Send + Sync {

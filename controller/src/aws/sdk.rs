@@ -157,19 +157,23 @@ impl Ec2Api for SdkClients {
         async move {
             use aws_sdk_ec2::types::Filter;
             let filter = match filter {
-                Ec2Filter::TagKeys(keys) => Filter::builder()
-                    .name("tag-key")
-                    .set_values(Some(keys.clone()))
-                    .build(),
-                Ec2Filter::TagValues(v) => Filter::builder()
-                    .name("tag-value")
-                    .set_values(Some(v.clone()))
-                    .build(),
-            };
+                Ec2Filter::TagKeys(keys) => Some(("tag-key", keys)),
+                Ec2Filter::TagValues(v) => Some(("tag-value", v)),
+                Ec2Filter::InstanceIds(ids) => Some(("instance-id", ids)),
+                Ec2Filter::All => None,
+            }
+            .map(|(name, values)| {
+                vec![
+                    Filter::builder()
+                        .name(name)
+                        .set_values(Some(values.clone()))
+                        .build(),
+                ]
+            });
             let out = self
                 .ec2(region)
                 .describe_instances()
-                .filters(filter)
+                .set_filters(filter)
                 .max_results(1000)
                 .set_next_token(token)
                 .send()
