@@ -161,7 +161,7 @@ uninstall:
 	@$(call announce_context,deleting the CRDs (and every booking object with them) from)
 	$(KUBECTL_CTX) delete --ignore-not-found $(addprefix -f ,$(CRD_FILES))
 
-# The controller and the webhook of this checkout, in the foreground (hack/run-local.sh says
+# The controller and the webhook of this checkout, in the foreground (tests/sandbox/run-local.sh says
 # what each setting does). AWS settings come from the environment (AWS_REGION or REGION,
 # AWS_ENDPOINT_URL, AWS_PROFILE, …) as for the deployed controller.
 NAMESPACE ?=
@@ -183,7 +183,7 @@ run:
 	  NAMESPACE='$(NAMESPACE)' WEBHOOK='$(WEBHOOK)' WEBHOOK_ADDR='$(WEBHOOK_ADDR)' WEBHOOK_URL='$(WEBHOOK_URL)' \
 	  WEBHOOK_NAME='$(WEBHOOK_NAME)' WEBHOOK_ADMIN_ADDR='$(WEBHOOK_ADMIN_ADDR)' \
 	  CONTROLLER_ADMIN_ADDR='$(CONTROLLER_ADMIN_ADDR)' $(if $(firstword $(REGION)),AWS_REGION='$(firstword $(REGION))') \
-	  exec bash hack/run-local.sh
+	  exec bash tests/sandbox/run-local.sh
 
 # The images: IMG_REGISTRY/booking-{controller,webhook}:TAG unless named whole.
 IMG_REGISTRY ?= ghcr.io/kotaicode
@@ -277,11 +277,11 @@ plugin:
 	@echo "built $(TARGET_DIR)/release/kubectl-booking"
 
 install-plugin:
-	$(CARGO) install --path plugin --locked$(if $(PREFIX), --root $(PREFIX))
+	$(CARGO) install --path controller/plugin --locked$(if $(PREFIX), --root $(PREFIX))
 	@echo "installed $(or $(PREFIX),$${CARGO_HOME:-$$HOME/.cargo})/bin/kubectl-booking: kubectl runs it as 'kubectl booking' when that folder is on the PATH"
 
 # The release archive of this platform for krew: target/krew/kubectl-booking_v<version>_<os>_<arch>.tar.gz
-# (the binary, LICENSE, README.md) and target/krew/booking.yaml, plugin/krew/booking.yaml with the
+# (the binary, LICENSE, README.md) and target/krew/booking.yaml, controller/plugin/krew/booking.yaml with the
 # sha256 and uri (KREW_URI_BASE/<archive>) of every archive in target/krew, for
 #   kubectl krew install --manifest=target/krew/booking.yaml --archive=target/krew/<archive>
 # ARCHIVE_BIN is a release build of kubectl-booking unless set to another binary.
@@ -292,5 +292,5 @@ KREW_OS := $(shell uname -s | tr A-Z a-z)
 KREW_ARCH := $(patsubst x86_64,amd64,$(patsubst aarch64,arm64,$(shell uname -m)))
 krew-archive:
 	$(if $(filter file,$(origin ARCHIVE_BIN)),$(CARGO) build --release --locked -p kubectl-booking)
-	bash hack/krew-archive.sh --bin $(ARCHIVE_BIN) --version v$(VERSION) --os $(KREW_OS) --arch $(KREW_ARCH) \
-	  --manifest plugin/krew/booking.yaml --uri-base $(KREW_URI_BASE) --out-dir $(KREW_OUT)
+	bash controller/plugin/krew/archive.sh --bin $(ARCHIVE_BIN) --version v$(VERSION) --os $(KREW_OS) --arch $(KREW_ARCH) \
+	  --manifest controller/plugin/krew/booking.yaml --uri-base $(KREW_URI_BASE) --out-dir $(KREW_OUT)

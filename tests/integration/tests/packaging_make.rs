@@ -640,7 +640,7 @@ fn plugin_wrappers_pass_the_original_parameters_to_kubectl_booking_and_name_miss
     assert!(
         out.starts_with("cargo build --workspace --bins --locked\n")
             && out.contains(&format!("BIN_DIR='{}/debug' ", target_dir().display()))
-            && out.contains("exec bash hack/run-local.sh"),
+            && out.contains("exec bash tests/sandbox/run-local.sh"),
         "{out}"
     );
 
@@ -682,13 +682,13 @@ fn plugin_wrappers_pass_the_original_parameters_to_kubectl_booking_and_name_miss
         ))
         .lines()
         .next(),
-        Some("cargo install --path plugin --locked --root /opt/tools")
+        Some("cargo install --path controller/plugin --locked --root /opt/tools")
     );
     assert_eq!(
         succeeds(&mut make(None, &["-n", "install-plugin"]))
             .lines()
             .next(),
-        Some("cargo install --path plugin --locked")
+        Some("cargo install --path controller/plugin --locked")
     );
 
     // make help lists every target of the workflow.
@@ -758,8 +758,9 @@ fn krew_installs_the_release_archive_and_kubectl_runs_the_plugin() {
     // The manifest written for it: the committed one with this archive's sum and URI, and only
     // this platform.
     let written = booking_tests::read_yaml_documents(&out_dir.join("booking.yaml"));
-    let committed =
-        booking_tests::read_yaml_documents(&repo_root().join("plugin/krew/booking.yaml"));
+    let committed = booking_tests::read_yaml_documents(
+        &repo_root().join("controller/plugin/krew/booking.yaml"),
+    );
     let (written, committed) = (&written[0], &committed[0]);
     assert_eq!(
         written["apiVersion"],
@@ -837,7 +838,7 @@ fn krew_installs_the_release_archive_and_kubectl_runs_the_plugin() {
         "install",
         &format!(
             "--manifest={}",
-            repo_root().join("plugin/krew/booking.yaml").display()
+            repo_root().join("controller/plugin/krew/booking.yaml").display()
         ),
         &format!("--archive={}", archive.display()),
     ]));

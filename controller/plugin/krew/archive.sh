@@ -2,8 +2,8 @@
 # `make krew-archive`: the release archive of kubectl-booking for one platform, and the krew
 # manifest for the archives built so far.
 #
-#   hack/krew-archive.sh --bin PATH --version vX.Y.Z --os linux --arch amd64 \
-#     --manifest plugin/krew/booking.yaml --uri-base URL --out-dir target/krew
+#   controller/plugin/krew/archive.sh --bin PATH --version vX.Y.Z --os linux --arch amd64 \
+#     --manifest controller/plugin/krew/booking.yaml --uri-base URL --out-dir target/krew
 #
 # Writes OUT/kubectl-booking_<version>_<os>_<arch>.tar.gz (kubectl-booking, LICENSE, README.md
 # at its top level, as the manifest's `bin` names it) and OUT/booking.yaml: the manifest with, for
@@ -11,7 +11,7 @@
 # platforms without an archive are left out, so that what is written installs as it is.
 set -euo pipefail
 
-repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)
 die() { echo "make krew-archive: $*" >&2; exit 2; }
 
 bin="" version="" os="" arch="" manifest="" uri_base="" out_dir=""

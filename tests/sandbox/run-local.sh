@@ -25,7 +25,7 @@
 #   LEADER_ELECT           the controller's leader election (default: false, one local replica)
 set -euo pipefail
 
-repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 die() { echo "make run: $*" >&2; exit 2; }
 
 : "${BIN_DIR:?BIN_DIR must name the folder of booking-controller and booking-webhook}"
