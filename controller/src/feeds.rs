@@ -32,13 +32,30 @@ where
 
 /// Drops from a cached object what no reconciler reads: `metadata.managedFields` and the
 /// `kubectl.kubernetes.io/last-applied-configuration` annotation (a full copy of the spec).
-/// Together they are most of a Booking's size.
+/// Together they are most of a small object's size.
 fn strip_cached<K: kube::Resource>(obj: &mut K) {
     let meta = obj.meta_mut();
     meta.managed_fields = None;
     if let Some(a) = meta.annotations.as_mut() {
         a.remove("kubectl.kubernetes.io/last-applied-configuration");
     }
+}
+
+/// What the Booking cache keeps of a Booking: its spec and status, and of its metadata only
+/// what the reconcilers read (name, namespace, uid, resourceVersion, generation, creation and
+/// deletion timestamps). Labels, annotations, owner references and finalizers are never read
+/// from the cache (the scheduler lists its own bookings by label from the API server), and the
+/// status writer patches `status` alone, so nothing dropped here can be written back. This is
+/// the projection that keeps the controller's memory per booking small.
+fn project_booking(b: &mut Booking) {
+    let meta = &mut b.metadata;
+    meta.managed_fields = None;
+    meta.annotations = None;
+    meta.labels = None;
+    meta.owner_references = None;
+    meta.finalizers = None;
+    meta.generate_name = None;
+    meta.self_link = None;
 }
 
 /// The event streams the controllers are fed from, and the triggers computed from them.
@@ -84,7 +101,12 @@ impl Feeds {
         // booking missing from it would read as "no booking" and stop a held group.
         let booking_wc = wc.clone().list_semantic(watcher::ListSemantic::MostRecent);
         let bookings_feed = booking_feed(
-            cached_watch(bookings_writer, api(client, ns), booking_wc),
+            cached_watch(
+                bookings_writer,
+                api(client, ns),
+                booking_wc,
+                project_booking,
+            ),
             bookings_store.clone(),
             index.clone(),
             booking_fanout,
@@ -93,7 +115,7 @@ impl Feeds {
             metrics,
         );
         let resources_feed = resource_feed(
-            cached_watch(resources_writer, api(client, ns), wc),
+            cached_watch(resources_writer, api(client, ns), wc, strip_cached),
             resources_store.clone(),
             index.clone(),
             resources_synced.clone(),
@@ -113,21 +135,20 @@ impl Feeds {
     }
 }
 
-/// A watch of `api` feeding `writer`'s cache, with kube's default backoff; cached objects drop
-/// what no reconciler reads (see [`strip_cached`]).
+/// A watch of `api` feeding `writer`'s cache, with kube's default backoff; `project` drops from
+/// each object what no reconciler reads before it is cached ([`strip_cached`],
+/// [`project_booking`]).
 fn cached_watch<K>(
     writer: kube::runtime::reflector::store::Writer<K>,
     api: Api<K>,
     wc: watcher::Config,
+    project: fn(&mut K),
 ) -> impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static
 where
     K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
     K: Send + Sync + 'static,
 {
-    kube::runtime::reflector(
-        writer,
-        watcher(api, wc).default_backoff().modify(strip_cached),
-    )
+    kube::runtime::reflector(writer, watcher(api, wc).default_backoff().modify(project))
 }
 
 /// The Booking feed: the index first, then the fan-out, then the triggers its change computes.

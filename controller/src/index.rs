@@ -36,7 +36,9 @@ impl Entry {
             view: BookingView::of(b),
             in_progress: b.status.as_ref().and_then(|s| s.status) == Some(BookingPhase::InProgress),
         };
-        Some((ObjectRef::from_obj(b), entry))
+        // Keys without `extra` (resourceVersion, uid): the index compares names only, and two
+        // strings fewer per key and per Resource set is much of its size.
+        Some((ObjectRef::new(&b.name_any()).within(&ns), entry))
     }
 
     /// Whether arbitration between the bookings of one Resource may decide differently with

@@ -6,6 +6,9 @@ use tracing_subscriber::EnvFilter;
 
 use booking_controller::config::Args;
 
+// jemalloc, which returns freed memory to the kernel (see booking_shared::heap).
+booking_shared::global_allocator!();
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     rustls::crypto::aws_lc_rs::default_provider()

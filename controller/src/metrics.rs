@@ -334,6 +334,7 @@ impl Metrics {
         }
         let caches = Arc::new(OnceLock::new());
         registry.register_collector(Box::new(StateCollector(caches.clone())));
+        registry.register_collector(Box::new(booking_shared::heap::HeapCollector));
         Self {
             member_actions,
             action_seconds,

@@ -14,6 +14,7 @@
 //!   structure; the controller's decision, the webhook's admission rule in its strict form.
 //! - [`names`]: names and label values shortened with a hash suffix.
 //! - `ops` (feature `ops`): the admin port and the shutdown signal of both binaries.
+//! - `heap` (feature `ops`): both binaries' allocator (jemalloc) and its live-heap metrics.
 //!
 //! Nothing here performs I/O or reads the clock: every rule takes `now` as a parameter (the
 //! binaries inject [`time::system_clock`]).
@@ -22,6 +23,8 @@ pub mod api;
 pub mod arbitration;
 pub mod claims;
 pub mod crd;
+#[cfg(feature = "ops")]
+pub mod heap;
 pub mod names;
 #[cfg(feature = "ops")]
 pub mod ops;

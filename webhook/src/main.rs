@@ -4,6 +4,9 @@ use booking_webhook::config::Args;
 use clap::Parser;
 use tracing_subscriber::{EnvFilter, fmt};
 
+// jemalloc, which returns freed memory to the kernel (see booking_shared::heap).
+booking_shared::global_allocator!();
+
 fn main() -> anyhow::Result<()> {
     rustls::crypto::aws_lc_rs::default_provider()
         .install_default()

@@ -147,6 +147,7 @@ impl Metrics {
                 reason: reason.to_owned(),
             });
         }
+        registry.register_collector(Box::new(booking_shared::heap::HeapCollector));
         Self {
             registry: Arc::new(Mutex::new(registry)),
             decisions,

@@ -853,6 +853,10 @@ async fn every_metric_of_the_alerts_and_the_dashboard_is_served() {
         "booking_controller_aws_calls_total",
         "booking_webhook_admission_duration_seconds_bucket",
         "booking_webhook_admission_decisions_total",
+        "booking_controller_heap_allocated_bytes",
+        "booking_controller_heap_resident_bytes",
+        "booking_webhook_heap_allocated_bytes",
+        "booking_webhook_heap_resident_bytes",
     ] {
         assert!(used.contains(name), "no query uses {name}");
     }

@@ -75,6 +75,10 @@ struct Args {
     /// Connections of the closed-loop (peak) runs.
     #[arg(long, default_value_t = 32)]
     connections: usize,
+    /// Bookings the controller section grows to after the 10,000-booking figures (memory and
+    /// start latency with that many bookings stored; 0 or at most 10,000: skipped).
+    #[arg(long, default_value_t = 100_000)]
+    controller_bookings: usize,
     /// Resource counts of the describe-calls figures (each also one managed instance).
     #[arg(long, default_value = "10,100,1000", value_delimiter = ',')]
     resource_counts: Vec<usize>,
@@ -732,6 +736,27 @@ mod controller {
             .sum())
     }
 
+    /// Records the controller's live heap and its allocator's resident pages (the
+    /// `booking_controller_heap_*` gauges of its metrics) as `controller_heap_{allocated,resident}_mib_<label>`.
+    async fn record_heap(results: &mut Results, admin: u16, label: &str) -> anyhow::Result<()> {
+        let text = http_get(admin, "/metrics").await?;
+        for (metric, key) in [
+            ("booking_controller_heap_allocated_bytes", "allocated"),
+            ("booking_controller_heap_resident_bytes", "resident"),
+        ] {
+            let value = text
+                .lines()
+                .find(|l| l.split(' ').next() == Some(metric))
+                .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                .with_context(|| format!("no {metric} in the controller's metrics"))?;
+            results.insert(
+                format!("controller_heap_{key}_mib_{label}"),
+                round3(value / (1024.0 * 1024.0)),
+            );
+        }
+        Ok(())
+    }
+
     pub(super) async fn http_get(port: u16, path: &str) -> anyhow::Result<String> {
         use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
         let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
@@ -942,6 +967,7 @@ mod controller {
             "controller_rss_mib_0_bookings".into(),
             round3(sys::rss_mib(pid)?),
         );
+        record_heap(results, admin, "0_bookings").await?;
 
         // (4) Start latency over staggered bookings, one second apart, on groups of their own
         // (so that the simultaneous bookings below start on groups never booked before).
@@ -1086,6 +1112,7 @@ mod controller {
         }
         let rss = sys::rss_mib(pid)?;
         results.insert("controller_rss_mib_10k_bookings".into(), round3(rss));
+        record_heap(results, admin, "10k_bookings").await?;
         // CPU the controller spent on the creation and reconciles of the 10,000 bookings.
         results.insert(
             "controller_cpu_seconds_10k_bookings".into(),
@@ -1130,6 +1157,101 @@ mod controller {
             "controller_cpu_seconds_relist".into(),
             round3(sys::cpu_seconds(pid)? - cpu1),
         );
+        results.insert(
+            "controller_relist_peak_over_idle_10k".into(),
+            round3(peak / rss),
+        );
+
+        // (6) Growing to `--controller-bookings` (100,000): memory, and whether reconciles of
+        // unrelated bookings slowed down (the staggered start latency again, on the same groups,
+        // with every other booking stored).
+        let total = if args.smoke {
+            0
+        } else {
+            args.controller_bookings
+        };
+        if total > rss_bookings {
+            let label = format!("{}k_bookings", total / 1000);
+            let cpu0 = sys::cpu_seconds(pid)?;
+            let created = create_all(
+                args,
+                &client,
+                "bookings",
+                "Booking",
+                (rss_bookings..total)
+                    .map(|i| {
+                        let mut b = layout.booking(i);
+                        b["metadata"]["name"] = serde_json::json!(format!("future-{i:06}"));
+                        b
+                    })
+                    .collect(),
+            )
+            .await?;
+            record_creation(results, &format!("controller_bookings_{label}"), &created);
+            results.insert(
+                format!("controller_rss_mib_{label}_busy"),
+                round3(sys::rss_mib(pid)?),
+            );
+            let settled =
+                sys::wait_idle(pid, 0.05, Duration::from_secs(2), Duration::from_secs(900)).await?;
+            if let Some(took) = settled {
+                results.insert(
+                    format!("controller_settle_seconds_{label}"),
+                    round3(took.as_secs_f64()),
+                );
+            } else {
+                eprintln!("controller: still busy with {total} bookings when the RSS was read");
+            }
+            results.insert(
+                format!("controller_rss_mib_{label}"),
+                round3(sys::rss_mib(pid)?),
+            );
+            results.insert(
+                format!("controller_cpu_seconds_{label}"),
+                round3(sys::cpu_seconds(pid)? - cpu0),
+            );
+            record_heap(results, admin, &label).await?;
+            for (name, mib) in server.rss_mib() {
+                let name = name.replace('-', "_");
+                results.insert(
+                    format!("controller_section_{name}_rss_mib_{label}"),
+                    round3(mib),
+                );
+            }
+            // The staggered groups booked again, one second apart, among all those bookings.
+            let first_start = next_second(Duration::from_secs(8));
+            let starts: Vec<DateTime<Utc>> = (0..staggered)
+                .map(|k| first_start + chrono::Duration::seconds(i64::try_from(k).unwrap_or(0)))
+                .collect();
+            let groups = have..have + staggered;
+            proxy.clear_requests();
+            create_all(
+                args,
+                &client,
+                "bookings",
+                "Booking",
+                bookings_at("again", groups.clone(), |g| starts[g - have], 5),
+            )
+            .await?;
+            let ids = &instance_ids[groups];
+            let first =
+                wait_started(&proxy, ids, Duration::from_secs(staggered as u64 + 120)).await;
+            let (micros, missing) = latencies_ms(ids, &starts, &first);
+            eprintln!(
+                "controller: staggered start latencies with {total} bookings (us) {micros:?}, {missing} never started"
+            );
+            results.insert(format!("start_not_started_in_time_{label}"), missing as f64);
+            if missing == 0 {
+                results.insert(
+                    format!("start_latency_p50_ms_{label}"),
+                    round3(booking_bench::stats::quantile_ms(&micros, 0.5).unwrap_or(0.0)),
+                );
+                results.insert(
+                    format!("start_latency_p99_ms_{label}"),
+                    round3(booking_bench::stats::quantile_ms(&micros, 0.99).unwrap_or(0.0)),
+                );
+            }
+        }
         results.insert(
             "controller_rss_mib_lifetime_peak".into(),
             round3(sys::rss_peak_mib(pid)?),
