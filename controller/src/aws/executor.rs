@@ -3,11 +3,12 @@
 //! EC2 starts and stops are coalesced across Resources of the same region into batched
 //! StartInstances/StopInstances calls of up to 1,000 IDs (AWS throttles StartInstances per
 //! account and region at a burst of 5 and 2 per second, so 1,000 bookings starting together must
-//! not mean 1,000 requests). There is no gathering window: a request for a (region, operation)
-//! with no call in flight goes out at once, with whatever was sent together with it (the
-//! reconciles woken at the same instant send theirs in one pass); requests arriving while a call
-//! is in flight wait for its answer and then go out together ("group commit"), so that one
-//! (region, operation) has one call per 1,000 IDs in flight at a time. A batch refused because of
+//! not mean 1,000 requests). There is no gathering window: a lone request for a (region,
+//! operation) with no call in flight goes out at once; a burst of requests (the reconciles woken
+//! at the same instant send theirs one right after another) goes out as soon as it ends (no new
+//! request for a millisecond); requests arriving while a call is in flight wait for its answer
+//! and then go out together ("group commit"), so that one (region, operation) has one call per
+//! 1,000 IDs in flight at a time. A batch refused because of
 //! one of its members (an unknown ID, a member in the wrong state) is retried member by member,
 //! so one failing member never blocks the others; a batch that failed as a whole (throttling, a
 //! server or transport error, a timeout — after the SDK's own retries) fails for every member,
@@ -287,14 +288,21 @@ fn queue(queued: &mut BTreeMap<BatchKey, Vec<BatchRequest>>, r: BatchRequest) {
     queued.entry((r.region.clone(), r.op)).or_default().push(r);
 }
 
-/// Takes the requests already sent, yielding to the runtime before each look, until a look
-/// finds the channel empty. Reconciles woken at the same instant run one after another in their
-/// controller's task and send their requests in the same pass, before this task runs again; a
-/// lone request waits for one yield (microseconds), never for a timer.
+/// Takes the requests already sent, yielding to the runtime before each look (a yield puts this
+/// task behind the tasks queued on its worker), and returns:
+/// - for a lone request, at the first look that finds nothing new while the runtime's global
+///   queue is empty: after one yield (microseconds), never a timer;
+/// - for a burst (the reconciles woken at the same instant are tasks spawned together by their
+///   controller and send theirs one after another, on every worker), once no request has
+///   arrived for [`BURST_QUIET`], so that the burst's tail, run by another worker or from the
+///   global queue, joins the same call.
 async fn gather(
     rx: &mut mpsc::UnboundedReceiver<BatchRequest>,
     queued: &mut BTreeMap<BatchKey, Vec<BatchRequest>>,
 ) {
+    let runtime = tokio::runtime::Handle::current();
+    let mut burst = false;
+    let mut last = std::time::Instant::now();
     loop {
         tokio::task::yield_now().await;
         let mut got = false;
@@ -302,11 +310,24 @@ async fn gather(
             queue(queued, r);
             got = true;
         }
-        if !got {
+        let now = std::time::Instant::now();
+        if got {
+            burst = true;
+            last = now;
+            continue;
+        }
+        let lone = !burst && runtime.metrics().global_queue_depth() == 0;
+        if lone || now.duration_since(last) >= BURST_QUIET {
             return;
         }
     }
 }
+
+/// How long [`gather`] goes on looking after the last request of a burst (or after a lone
+/// request while the runtime's global queue holds tasks that may send more): the longest gap
+/// between two requests of one burst. The reconcile of one Resource takes well under this
+/// between its wake and its request.
+const BURST_QUIET: std::time::Duration = std::time::Duration::from_millis(1);
 
 async fn call(ec2: &dyn Ec2Api, region: &str, op: BatchOp, ids: &[String]) -> AwsResult<()> {
     match op {

@@ -84,10 +84,10 @@ pub(super) async fn act(
             if lock_targets.is_empty() {
                 None
             } else {
-                // One yield first: the other reconciles woken at the same instant, polled in
-                // the same pass of their controller, send their starts and stops to the
-                // executor before any of them spends time preparing a tag call, so that they
-                // join one batch.
+                // One yield first: the other reconciles woken at the same instant (tasks
+                // spawned together by their controller, queued behind this one) send their
+                // starts and stops to the executor before this one spends time preparing a
+                // tag call, so that they join one batch.
                 tokio::task::yield_now().await;
                 Some(
                     exec.tag(provider, region, &lock_targets, &p.lock.tags)
