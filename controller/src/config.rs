@@ -66,9 +66,6 @@ pub struct AwsArgs {
     /// Seconds between two full inventory refreshes of each (type, region).
     #[arg(long, env = "INVENTORY_INTERVAL_SECONDS", default_value_t = 30)]
     pub inventory_interval_seconds: u64,
-    /// Milliseconds over which EC2 starts and stops of all groups are gathered into one call.
-    #[arg(long, env = "BATCH_WINDOW_MS", default_value_t = 50)]
-    pub batch_window_ms: u64,
     /// Role to assume for both EC2 and RDS (on top of the standard credentials chain).
     #[arg(long, env = "AWS_ASSUME_ROLE_ARN")]
     pub assume_role_arn: Option<String>,
@@ -200,11 +197,6 @@ impl Args {
         if self.aws.inventory_interval_seconds == 0 {
             return Err(ConfigError(
                 "--inventory-interval-seconds must be at least 1".into(),
-            ));
-        }
-        if self.aws.batch_window_ms > 1000 {
-            return Err(ConfigError(
-                "--batch-window-ms must be at most 1000: starts must reach AWS within a second of a booking's start".into(),
             ));
         }
         if self.aws.max_attempts == 0 {

@@ -63,8 +63,6 @@ pub struct Settings {
     pub default_region: String,
     /// Tag keys.
     pub tag_keys: TagKeys,
-    /// How long the executor gathers starts and stops into one AWS call.
-    pub batch_window: Duration,
     /// Minimum time between two targeted refreshes of one Resource's group.
     pub targeted_min_interval: chrono::Duration,
     /// Bound on concurrent Kubernetes API writes (status patches, Events); 0 for none.
@@ -178,7 +176,7 @@ impl Context {
             ec2 = Arc::new(ReadOnly::new(ec2));
             rds = Arc::new(ReadOnly::new(rds));
         }
-        let executor = Arc::new(Executor::new(ec2, rds, settings.batch_window));
+        let executor = Arc::new(Executor::new(ec2, rds));
         let api_writes = Arc::new(Semaphore::new(match settings.max_concurrent_writes {
             0 => Semaphore::MAX_PERMITS,
             n => n,

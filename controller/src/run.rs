@@ -108,7 +108,6 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         aws: sdk,
         default_region,
         tag_keys: TagKeys::new(args.aws.tag_prefix.clone()),
-        batch_window: Duration::from_millis(args.aws.batch_window_ms),
         targeted_min_interval: chrono::Duration::from_std(args.inventory_interval())
             .unwrap_or(chrono::Duration::seconds(30)),
         max_concurrent_writes: usize::from(args.kube.max_concurrent_reconciles),
@@ -225,10 +224,10 @@ fn controllers(
     let booking_controller = Controller::for_shared_stream(booking_events, bookings_store.clone())
         .with_config(config.clone())
         .reconcile_on(booking_triggers);
-    // Resource reconciles are not bounded: a start or stop waits for the executor's batch
-    // window, where the reconciles of every Resource starting together join one call. A bound
-    // would split 1,000 simultaneous starts into 1,000/bound sequential batches. Their
-    // Kubernetes API writes are bounded instead (the context's API-write bound).
+    // Resource reconciles are not bounded: the reconciles of every Resource starting at the same
+    // instant run in one pass and send their starts to the executor together, where they join
+    // one call. A bound would split 1,000 simultaneous starts into 1,000/bound sequential
+    // batches. Their Kubernetes API writes are bounded instead (the context's API-write bound).
     let resource_controller =
         Controller::for_shared_stream(resource_events, ctx.caches.resources.clone())
             .reconcile_on(resource_triggers)

@@ -97,7 +97,6 @@ fn context(c: &Cluster, clock: &TestClock, notifiers: Notifiers) -> Arc<Context>
         aws,
         default_region: "eu-west-1".into(),
         tag_keys: TagKeys::new(String::new()),
-        batch_window: Duration::from_millis(10),
         targeted_min_interval: chrono::Duration::seconds(30),
         max_concurrent_writes: 0,
         notifiers,

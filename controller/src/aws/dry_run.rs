@@ -140,7 +140,6 @@ impl<T: RdsApi + ?Sized> RdsApi for ReadOnly<T> {
 #[cfg(test)]
 mod tests {
     use std::sync::Mutex;
-    use std::time::Duration;
 
     use super::*;
     use crate::aws::executor::{Executor, Target};
@@ -265,7 +264,6 @@ mod tests {
         let exec = Executor::new(
             Arc::new(ReadOnly::new(fake.clone())),
             Arc::new(ReadOnly::new(fake.clone())),
-            Duration::from_millis(1),
         );
         let ids = vec!["i-1".to_owned()];
         let target = Target {

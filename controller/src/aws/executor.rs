@@ -1,20 +1,26 @@
 //! Performs starts, stops and lock-tag changes.
 //!
 //! EC2 starts and stops are coalesced across Resources of the same region into batched
-//! StartInstances/StopInstances calls of up to 1,000 IDs gathered over a short window (AWS
-//! throttles StartInstances per account and region at a burst of 5 and 2 per second, so 1,000
-//! bookings starting together must not mean 1,000 requests). A batch refused because of one of its
-//! members (an unknown ID, a member in the wrong state) is retried member by member, so one
-//! failing member never blocks the others; a batch that failed as a whole (throttling, a server
-//! or transport error, a timeout — after the SDK's own retries) fails for every member, which
-//! the plan retries together, in one batch again, after its backoff. Stopping with hibernation falls back to
-//! a plain stop when AWS says the instance cannot hibernate. RDS has no batch calls: one call per
-//! DB instance.
+//! StartInstances/StopInstances calls of up to 1,000 IDs (AWS throttles StartInstances per
+//! account and region at a burst of 5 and 2 per second, so 1,000 bookings starting together must
+//! not mean 1,000 requests). There is no gathering window: a lone request for a (region,
+//! operation) with no call in flight goes out at once; a burst of requests (the reconciles woken
+//! at the same instant send theirs one right after another) goes out as soon as it ends (no new
+//! request for a millisecond); requests arriving while a call is in flight wait for its answer
+//! and then go out together ("group commit"), so that one (region, operation) has one call per
+//! 1,000 IDs in flight at a time. A batch refused because of
+//! one of its members (an unknown ID, a member in the wrong state) is retried member by member,
+//! so one failing member never blocks the others; a batch that failed as a whole (throttling, a
+//! server or transport error, a timeout — after the SDK's own retries) fails for every member,
+//! which the plan retries together, in one batch again, after its backoff. Stopping with
+//! hibernation falls back to a plain stop when AWS says the instance cannot hibernate. RDS has
+//! no batch calls: one call per DB instance.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
 
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
 use tokio::sync::{mpsc, oneshot};
 
 use super::{AwsError, AwsResult, Ec2Api, RdsApi};
@@ -56,11 +62,10 @@ pub struct Executor {
 }
 
 impl Executor {
-    /// An executor whose EC2 batches gather requests for `window`. Spawns the batching task on
-    /// the current Tokio runtime.
-    pub fn new(ec2: Arc<dyn Ec2Api>, rds: Arc<dyn RdsApi>, window: Duration) -> Self {
+    /// An executor; spawns the EC2 batching task on the current Tokio runtime.
+    pub fn new(ec2: Arc<dyn Ec2Api>, rds: Arc<dyn RdsApi>) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(run_batcher(ec2.clone(), rx, window));
+        tokio::spawn(run_batcher(ec2.clone(), rx));
         Self {
             ec2,
             rds,
@@ -218,42 +223,111 @@ impl Executor {
     }
 }
 
-async fn run_batcher(
-    ec2: Arc<dyn Ec2Api>,
-    mut rx: mpsc::UnboundedReceiver<BatchRequest>,
-    window: Duration,
-) {
-    while let Some(first) = rx.recv().await {
-        let mut pending = vec![first];
-        let deadline = tokio::time::Instant::now() + window;
-        loop {
-            tokio::select! {
-                r = rx.recv() => match r {
-                    Some(r) => pending.push(r),
-                    None => break,
-                },
-                _ = tokio::time::sleep_until(deadline) => break,
+/// The requests of one region and operation: one call (per 1,000 IDs) of theirs at a time.
+type BatchKey = (String, BatchOp);
+
+/// The batching task: sends what is queued for a (region, operation) as soon as no call of it
+/// is in flight, and queues what arrives while one is ("group commit"). No timer: a lone start
+/// goes out after one yield to the runtime; requests sent together (the reconciles woken at the
+/// same instant) are gathered by [`gather`]; requests arriving during a call go out together
+/// when it is answered.
+async fn run_batcher(ec2: Arc<dyn Ec2Api>, mut rx: mpsc::UnboundedReceiver<BatchRequest>) {
+    let mut queued: BTreeMap<BatchKey, Vec<BatchRequest>> = BTreeMap::new();
+    // Calls in flight per key; a key is free when it has none.
+    let mut in_flight: BTreeMap<BatchKey, usize> = BTreeMap::new();
+    let mut answered = FuturesUnordered::new();
+    let mut open = true;
+    loop {
+        tokio::select! {
+            r = rx.recv(), if open => match r {
+                Some(r) => {
+                    queue(&mut queued, r);
+                    gather(&mut rx, &mut queued).await;
+                }
+                None => open = false,
+            },
+            Some(key) = answered.next(), if !answered.is_empty() => {
+                if let Some(n) = in_flight.get_mut(&key) {
+                    *n -= 1;
+                    if *n == 0 {
+                        in_flight.remove(&key);
+                    }
+                }
+                // What arrived during the call, and what is arriving now, goes out together.
+                gather(&mut rx, &mut queued).await;
             }
+            else => break,
         }
-        let mut groups: BTreeMap<(String, BatchOp), Vec<BatchRequest>> = BTreeMap::new();
-        for r in pending {
-            groups.entry((r.region.clone(), r.op)).or_default().push(r);
-        }
-        let mut work = Vec::new();
-        for ((region, op), mut reqs) in groups {
+        let free: Vec<BatchKey> = queued
+            .keys()
+            .filter(|k| !in_flight.contains_key(*k))
+            .cloned()
+            .collect();
+        for key in free {
+            let mut reqs = queued.remove(&key).unwrap_or_default();
+            // Batches of different regions and operations, and the chunks of 1,000 of one,
+            // go out concurrently.
             while !reqs.is_empty() {
                 let rest = reqs.split_off(reqs.len().min(MAX_IDS_PER_CALL));
                 let chunk = std::mem::replace(&mut reqs, rest);
-                let ec2 = ec2.clone();
-                let region = region.clone();
-                work.push(async move { execute_batch(&*ec2, &region, op, chunk).await });
+                let (freed, answer) = oneshot::channel();
+                tokio::spawn(execute_batch(ec2.clone(), key.clone(), chunk, freed));
+                *in_flight.entry(key.clone()).or_default() += 1;
+                let key = key.clone();
+                // A batch task that ended without saying so (a panic) frees its key too.
+                answered.push(async move {
+                    let _ = answer.await;
+                    key
+                });
             }
         }
-        // Batches of different regions and operations go out concurrently; the next window
-        // starts gathering meanwhile.
-        tokio::spawn(futures::future::join_all(work));
     }
 }
+
+fn queue(queued: &mut BTreeMap<BatchKey, Vec<BatchRequest>>, r: BatchRequest) {
+    queued.entry((r.region.clone(), r.op)).or_default().push(r);
+}
+
+/// Takes the requests already sent, yielding to the runtime before each look (a yield puts this
+/// task behind the tasks queued on its worker), and returns:
+/// - for a lone request, at the first look that finds nothing new while the runtime's global
+///   queue is empty: after one yield (microseconds), never a timer;
+/// - for a burst (the reconciles woken at the same instant are tasks spawned together by their
+///   controller and send theirs one after another, on every worker), once no request has
+///   arrived for [`BURST_QUIET`], so that the burst's tail, run by another worker or from the
+///   global queue, joins the same call.
+async fn gather(
+    rx: &mut mpsc::UnboundedReceiver<BatchRequest>,
+    queued: &mut BTreeMap<BatchKey, Vec<BatchRequest>>,
+) {
+    let runtime = tokio::runtime::Handle::current();
+    let mut burst = false;
+    let mut last = std::time::Instant::now();
+    loop {
+        tokio::task::yield_now().await;
+        let mut got = false;
+        while let Ok(r) = rx.try_recv() {
+            queue(queued, r);
+            got = true;
+        }
+        let now = std::time::Instant::now();
+        if got {
+            burst = true;
+            last = now;
+            continue;
+        }
+        let lone = !burst && runtime.metrics().global_queue_depth() == 0;
+        if lone || now.duration_since(last) >= BURST_QUIET {
+            return;
+        }
+    }
+}
+
+/// How long [`gather`] goes on looking after the last request of a burst (or after a lone
+/// request while the runtime's global queue holds tasks that may send more): the longest gap
+/// between two requests of one burst. The reconcile of one Resource takes well under this
+/// between its wake and its request.
+const BURST_QUIET: std::time::Duration = std::time::Duration::from_millis(1);
 
 async fn call(ec2: &dyn Ec2Api, region: &str, op: BatchOp, ids: &[String]) -> AwsResult<()> {
     match op {
@@ -271,13 +345,24 @@ async fn call(ec2: &dyn Ec2Api, region: &str, op: BatchOp, ids: &[String]) -> Aw
     }
 }
 
-async fn execute_batch(ec2: &dyn Ec2Api, region: &str, op: BatchOp, reqs: Vec<BatchRequest>) {
+/// One call for `reqs`, then `freed` (the key may be called again), then each member's
+/// outcome: the whole call's, or, when AWS refused it because of a member, the member's own.
+async fn execute_batch(
+    ec2: Arc<dyn Ec2Api>,
+    (region, op): BatchKey,
+    reqs: Vec<BatchRequest>,
+    freed: oneshot::Sender<()>,
+) {
     let mut by_id: BTreeMap<String, Vec<oneshot::Sender<AwsResult<()>>>> = BTreeMap::new();
     for r in reqs {
         by_id.entry(r.id).or_default().push(r.reply);
     }
     let ids: Vec<String> = by_id.keys().cloned().collect();
+    let ec2 = &*ec2;
+    let region = region.as_str();
     let whole = call(ec2, region, op, &ids).await;
+    // Retries member by member do not hold back the next batch.
+    let _ = freed.send(());
     let outcomes: Vec<(String, AwsResult<()>)> = match whole {
         Ok(()) => ids.into_iter().map(|id| (id, Ok(()))).collect(),
         Err(e) if ids.len() == 1 || !e.names_a_member() => {

@@ -348,7 +348,6 @@ mod tests {
         let exec = Executor::new(
             Arc::new(Fenced::new(fake.clone(), leadership.clone())),
             Arc::new(Fenced::new(fake.clone(), leadership)),
-            Duration::from_millis(1),
         );
         (fake, tx, exec)
     }

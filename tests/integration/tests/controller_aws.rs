@@ -2,7 +2,6 @@
 //! both tag-key forms, targeted refresh, batched starts and stops, lock tags, RDS.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use booking_controller::aws::executor::{Executor, Target};
 use booking_controller::aws::inventory::Inventory;
@@ -57,7 +56,7 @@ async fn setup(label: &str) -> Setup {
         TagKeys::default(),
         Metrics::new(),
     );
-    let executor = Executor::new(clients.clone(), clients, Duration::from_millis(30));
+    let executor = Executor::new(clients.clone(), clients);
     Setup {
         _dir: dir,
         moto,

@@ -42,8 +42,8 @@ impl Done {
 }
 
 /// Sends the plan's AWS calls. The lock tags, the start and the stop go out together, before any
-/// Event is written: a start joins the executor's batch window at once, with the starts of every
-/// other Resource booked for the same instant. Records the attempts of starts and stops.
+/// Event is written: a start joins the executor's queue at once, with the starts of every other
+/// Resource booked for the same instant. Records the attempts of starts and stops.
 ///
 /// In dry-run mode nothing is sent: [`would_act`] reports the calls instead.
 pub(super) async fn act(
@@ -65,17 +65,10 @@ pub(super) async fn act(
             .and_then(|m| m.arn.clone()),
     };
     let lock_targets: Vec<Target> = p.lock.ids.iter().map(|id| target(id)).collect();
-    let (locked, started, stopped) = tokio::join!(
-        async {
-            if lock_targets.is_empty() {
-                None
-            } else {
-                Some(
-                    exec.tag(provider, region, &lock_targets, &p.lock.tags)
-                        .await,
-                )
-            }
-        },
+    // Polled in this order: the start's and the stop's requests join the executor's queue
+    // before the tag call is prepared.
+    let (started, stopped, locked) = tokio::join!(
+        biased;
         timed(start_or_stop(
             ctx, provider, region, members, &p.start, None
         )),
@@ -87,6 +80,21 @@ pub(super) async fn act(
             &p.stop,
             Some(p.hibernate)
         )),
+        async {
+            if lock_targets.is_empty() {
+                None
+            } else {
+                // One yield first: the other reconciles woken at the same instant (tasks
+                // spawned together by their controller, queued behind this one) send their
+                // starts and stops to the executor before this one spends time preparing a
+                // tag call, so that they join one batch.
+                tokio::task::yield_now().await;
+                Some(
+                    exec.tag(provider, region, &lock_targets, &p.lock.tags)
+                        .await,
+                )
+            }
+        },
     );
     let now = ctx.now();
     let started = started.map(|(out, seconds)| {
