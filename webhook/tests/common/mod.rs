@@ -39,7 +39,7 @@ pub fn state_with(bookings: &[Value], resources: &[Value]) -> Arc<State> {
         Arc::new(now),
         Metrics::new(),
     ));
-    let mut buffer = Vec::new();
+    let mut buffer = Default::default();
     caches::apply_booking_event(&state, &mut buffer, Event::Init);
     for b in bookings {
         let b: Booking = serde_json::from_value(b.clone()).unwrap();
