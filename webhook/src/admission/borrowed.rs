@@ -36,9 +36,10 @@ struct Review<'a> {
     request: Option<Request<'a>>,
 }
 
-/// kube's `AdmissionRequest` (same fields, same defaults).
+/// kube's `AdmissionRequest` (same fields, same defaults); the fields not read are checked.
 #[derive(serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[allow(dead_code)]
 struct Request<'a> {
     #[serde(borrow)]
     uid: Str<'a>,
