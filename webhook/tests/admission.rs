@@ -195,7 +195,7 @@ fn reservations_are_bounded_per_requester_and_released_when_the_watch_delivers()
         serde_json::from_value(booking("ns", "m0", "m0", 1, 2, "x")).unwrap();
     booking_webhook::caches::apply_booking_event(
         &state,
-        &mut Vec::new(),
+        &mut Default::default(),
         kube::runtime::watcher::Event::Apply(m0),
     );
     assert_eq!(state.read_index().reservations_by("mallory"), 1);
@@ -506,14 +506,22 @@ fn watch_events_keep_the_index_current() {
     );
     assert_eq!(slot_of("old"), None);
     // A relist replaces the contents only when complete.
-    apply_booking_event(&state, &mut buffer, Event::Init);
+    apply_booking_event(
+        &state,
+        &mut buffer,
+        Event::<booking_shared::api::Booking>::Init,
+    );
     apply_booking_event(
         &state,
         &mut buffer,
         Event::InitApply(typed(booking("ns", "relisted", "r", 1, 2, "ann"))),
     );
     assert_eq!(slot_of("relisted"), None, "not before InitDone");
-    apply_booking_event(&state, &mut buffer, Event::InitDone);
+    apply_booking_event(
+        &state,
+        &mut buffer,
+        Event::<booking_shared::api::Booking>::InitDone,
+    );
     assert_eq!(slot_of("relisted"), Some(at(2)));
     assert_eq!(state.read_index().len(), 1);
 }
@@ -709,12 +717,12 @@ fn bookings_are_not_judged_before_the_index_has_synced() {
     booking_webhook::caches::apply_booking_event(
         &state,
         &mut buffer,
-        kube::runtime::watcher::Event::Init,
+        kube::runtime::watcher::Event::<booking_shared::api::Booking>::Init,
     );
     booking_webhook::caches::apply_booking_event(
         &state,
         &mut buffer,
-        kube::runtime::watcher::Event::InitDone,
+        kube::runtime::watcher::Event::<booking_shared::api::Booking>::InitDone,
     );
     assert_eq!(validate(&state, &req)["allowed"], true);
 }
