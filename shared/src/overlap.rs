@@ -6,6 +6,12 @@
 //! share one node. A second map from (namespace, name) to the booking's slot makes updates and
 //! deletes O(log n) as well.
 //!
+//! Compact, because the webhook holds every booking of the cluster: an entry's strings are
+//! shared (`Arc<str>`): its name once for the entry, the name map and its tree node, and the
+//! namespaces, Resource names and users once for the whole index (interned); bookings with the
+//! same slot share a node through a small vector rather than a map (a B-tree's first node holds
+//! room for eleven). About 0.4 KiB per booking.
+//!
 //! The index has two layers:
 //!
 //! - **stored** bookings, fed by a watch of the API server (the webhook's and the controller's
@@ -20,28 +26,32 @@
 //!
 //! Time is a parameter: nothing here reads the clock.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use iset::IntervalMap;
 
-use crate::{api::Booking, time::Slot};
+use crate::{
+    api::Booking,
+    time::{Slot, parse_rfc3339},
+};
 
 /// What the index knows of one booking.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IndexedBooking {
     /// Namespace of the booking.
-    pub namespace: String,
+    pub namespace: Arc<str>,
     /// Name of the booking.
-    pub name: String,
+    pub name: Arc<str>,
     /// `spec.resource_name`.
-    pub resource_name: String,
+    pub resource_name: Arc<str>,
     /// `spec.user_id`.
-    pub user_id: String,
+    pub user_id: Arc<str>,
     /// `spec.start_at` as written.
-    pub start_at: String,
+    pub start_at: Arc<str>,
     /// `spec.end_at` as written.
-    pub end_at: String,
+    pub end_at: Arc<str>,
     /// The parsed slot.
     pub slot: Slot,
     /// True once `metadata.deletionTimestamp` is set: the booking is going away and no longer
@@ -49,19 +59,53 @@ pub struct IndexedBooking {
     pub deleting: bool,
 }
 
+/// The fields of a booking the index reads (see [`IndexedBooking::new`]).
+#[derive(Debug, Clone, Copy)]
+pub struct BookingFields<'a> {
+    /// `metadata.namespace`.
+    pub namespace: &'a str,
+    /// `metadata.name`.
+    pub name: &'a str,
+    /// `spec.resource_name`.
+    pub resource_name: &'a str,
+    /// `spec.user_id`.
+    pub user_id: &'a str,
+    /// `spec.start_at`.
+    pub start_at: &'a str,
+    /// `spec.end_at`.
+    pub end_at: &'a str,
+    /// Whether `metadata.deletionTimestamp` is set.
+    pub deleting: bool,
+}
+
 impl IndexedBooking {
+    /// The index entry of a booking; `None` when its times do not form a slot (such a booking
+    /// can never hold its Resource).
+    pub fn new(fields: BookingFields<'_>) -> Option<Self> {
+        let start = parse_rfc3339("spec.start_at", fields.start_at).ok()?;
+        let end = parse_rfc3339("spec.end_at", fields.end_at).ok()?;
+        Some(Self {
+            namespace: fields.namespace.into(),
+            name: fields.name.into(),
+            resource_name: fields.resource_name.into(),
+            user_id: fields.user_id.into(),
+            start_at: fields.start_at.into(),
+            end_at: fields.end_at.into(),
+            slot: Slot::new(start, end)?,
+            deleting: fields.deleting,
+        })
+    }
+
     /// The index entry of a stored booking; `None` when it has no namespace or name, or its
     /// times do not form a slot (such a booking can never hold its Resource).
     pub fn from_booking(booking: &Booking) -> Option<Self> {
-        let slot = Slot::of_booking(&booking.spec).ok()?;
-        Some(Self {
-            namespace: booking.metadata.namespace.clone()?,
-            name: booking.metadata.name.clone()?,
-            resource_name: booking.spec.resource_name.clone(),
-            user_id: booking.spec.user_id.clone(),
-            start_at: booking.spec.start_at.clone(),
-            end_at: booking.spec.end_at.clone(),
-            slot,
+        Self::new(BookingFields {
+            namespace: booking.metadata.namespace.as_deref()?,
+            name: booking.metadata.name.as_deref()?,
+            resource_name: &booking.spec.resource_name,
+            user_id: &booking.spec.user_id,
+            start_at: &booking.spec.start_at,
+            end_at: &booking.spec.end_at,
             deleting: booking.metadata.deletion_timestamp.is_some(),
         })
     }
@@ -72,10 +116,10 @@ impl IndexedBooking {
 /// and the controller's arbitration ([`crate::arbitration`]) one of the accepted bookings.
 ///
 /// An interval tree (`iset::IntervalMap`, a red-black tree whose nodes carry the largest end of
-/// their subtree); entries with the very same slot share one node, by name.
+/// their subtree); entries with the very same slot share one node, in a vector sorted by name.
 #[derive(Debug, Clone)]
 pub struct SlotMap<V> {
-    tree: IntervalMap<DateTime<Utc>, BTreeMap<String, V>>,
+    tree: IntervalMap<DateTime<Utc>, Vec<(Arc<str>, V)>>,
 }
 
 impl<V> Default for SlotMap<V> {
@@ -89,15 +133,18 @@ impl<V> Default for SlotMap<V> {
 impl<V> SlotMap<V> {
     /// Adds (or replaces) the entry `name` with slot `slot`.
     pub fn insert(&mut self, slot: Slot, name: &str, value: V) {
+        self.insert_shared(slot, name.into(), value);
+    }
+
+    /// [`SlotMap::insert`] with a name the caller shares.
+    pub fn insert_shared(&mut self, slot: Slot, name: Arc<str>, value: V) {
         match self.tree.get_mut(slot.start..slot.end) {
-            Some(group) => {
-                group.insert(name.to_owned(), value);
-            }
+            Some(group) => match group.binary_search_by(|(k, _)| (**k).cmp(&*name)) {
+                Ok(i) => group[i].1 = value,
+                Err(i) => group.insert(i, (name, value)),
+            },
             None => {
-                self.tree.insert(
-                    slot.start..slot.end,
-                    BTreeMap::from([(name.to_owned(), value)]),
-                );
+                self.tree.insert(slot.start..slot.end, vec![(name, value)]);
             }
         }
     }
@@ -106,23 +153,26 @@ impl<V> SlotMap<V> {
     pub fn remove(&mut self, slot: Slot, name: &str) -> Option<V> {
         let range = slot.start..slot.end;
         let group = self.tree.get_mut(range.clone())?;
-        let removed = group.remove(name);
+        let i = group.binary_search_by(|(k, _)| (**k).cmp(name)).ok()?;
+        let (_, removed) = group.remove(i);
         if group.is_empty() {
             self.tree.remove(range);
         }
-        removed
+        Some(removed)
     }
 
     /// The entry `name` with slot `slot`.
     pub fn get(&self, slot: Slot, name: &str) -> Option<&V> {
-        self.tree.get(slot.start..slot.end)?.get(name)
+        let group = self.tree.get(slot.start..slot.end)?;
+        let i = group.binary_search_by(|(k, _)| (**k).cmp(name)).ok()?;
+        Some(&group[i].1)
     }
 
     /// The entries whose slot overlaps `slot` (back-to-back slots do not overlap).
     pub fn overlapping(&self, slot: Slot) -> impl Iterator<Item = (&str, &V)> + '_ {
         self.tree
             .values(slot.start..slot.end)
-            .flat_map(|group| group.iter().map(|(k, v)| (k.as_str(), v)))
+            .flat_map(|group| group.iter().map(|(k, v)| (&**k, v)))
     }
 
     /// Whether no entry is left.
@@ -134,45 +184,61 @@ impl<V> SlotMap<V> {
 /// Bookings of one (namespace, resource).
 type Tree = SlotMap<IndexedBooking>;
 
-/// One layer of the index: interval trees per (namespace, resource) and the slot of each name.
+/// One layer of the index: interval trees per (namespace, resource) and the Resource and slot
+/// of each (namespace, name), both keyed by namespace first so that lookups by `&str` need no
+/// allocation.
 #[derive(Default, Debug)]
 struct Layer {
-    trees: HashMap<(String, String), Tree>,
-    names: HashMap<(String, String), (String, Slot)>,
+    trees: HashMap<Arc<str>, HashMap<Arc<str>, Tree>>,
+    names: HashMap<Arc<str>, HashMap<Arc<str>, (Arc<str>, Slot)>>,
+    len: usize,
 }
 
 impl Layer {
     fn insert(&mut self, booking: IndexedBooking) {
         self.remove(&booking.namespace, &booking.name);
-        self.names.insert(
-            (booking.namespace.clone(), booking.name.clone()),
-            (booking.resource_name.clone(), booking.slot),
-        );
+        self.names
+            .entry(booking.namespace.clone())
+            .or_default()
+            .insert(
+                booking.name.clone(),
+                (booking.resource_name.clone(), booking.slot),
+            );
+        self.len += 1;
         let name = booking.name.clone();
         let slot = booking.slot;
         self.trees
-            .entry((booking.namespace.clone(), booking.resource_name.clone()))
+            .entry(booking.namespace.clone())
             .or_default()
-            .insert(slot, &name, booking);
+            .entry(booking.resource_name.clone())
+            .or_default()
+            .insert_shared(slot, name, booking);
     }
 
     fn remove(&mut self, namespace: &str, name: &str) -> Option<IndexedBooking> {
-        let (resource, slot) = self
-            .names
-            .remove(&(namespace.to_owned(), name.to_owned()))?;
-        let key = (namespace.to_owned(), resource);
-        let tree = self.trees.get_mut(&key)?;
+        let names = self.names.get_mut(namespace)?;
+        let (resource, slot) = names.remove(name)?;
+        if names.is_empty() {
+            self.names.remove(namespace);
+        }
+        self.len -= 1;
+        let trees = self.trees.get_mut(namespace)?;
+        let tree = trees.get_mut(&*resource)?;
         let removed = tree.remove(slot, name);
         if tree.is_empty() {
-            self.trees.remove(&key);
+            trees.remove(&*resource);
+            if trees.is_empty() {
+                self.trees.remove(namespace);
+            }
         }
         removed
     }
 
     fn get(&self, namespace: &str, name: &str) -> Option<&IndexedBooking> {
-        let (resource, slot) = self.names.get(&(namespace.to_owned(), name.to_owned()))?;
+        let (resource, slot) = self.names.get(namespace)?.get(name)?;
         self.trees
-            .get(&(namespace.to_owned(), resource.clone()))?
+            .get(namespace)?
+            .get(&**resource)?
             .get(*slot, name)
     }
 
@@ -183,9 +249,63 @@ impl Layer {
         slot: Slot,
     ) -> impl Iterator<Item = &'a IndexedBooking> + 'a {
         self.trees
-            .get(&(namespace.to_owned(), resource.to_owned()))
+            .get(namespace)
+            .and_then(|trees| trees.get(resource))
             .into_iter()
             .flat_map(move |tree| tree.overlapping(slot).map(|(_, b)| b))
+    }
+}
+
+/// The strings many bookings share (namespaces, Resource names, users), held once.
+#[derive(Default, Debug)]
+struct Interner(HashSet<Arc<str>>);
+
+impl Interner {
+    fn intern(&mut self, s: &mut Arc<str>) {
+        match self.0.get(&**s) {
+            Some(shared) => *s = shared.clone(),
+            None => {
+                self.0.insert(s.clone());
+            }
+        }
+    }
+
+    fn share(&mut self, b: &mut IndexedBooking) {
+        self.intern(&mut b.namespace);
+        self.intern(&mut b.resource_name);
+        self.intern(&mut b.user_id);
+    }
+}
+
+/// The bookings of a list in progress (a watch's initial list, or a relist after it was
+/// interrupted), held as compactly as the index holds them until
+/// [`OverlapIndex::replace_listed`] swaps them in at once.
+#[derive(Default, Debug)]
+pub struct Listed {
+    layer: Layer,
+    strings: Interner,
+}
+
+impl Listed {
+    /// Forgets every booking listed so far (a list that starts again).
+    pub fn clear(&mut self) {
+        *self = Self::default();
+    }
+
+    /// Adds a listed booking (a later one of the same namespace and name replaces it).
+    pub fn push(&mut self, mut booking: IndexedBooking) {
+        self.strings.share(&mut booking);
+        self.layer.insert(booking);
+    }
+
+    /// Number of bookings listed.
+    pub fn len(&self) -> usize {
+        self.layer.len
+    }
+
+    /// Whether none was listed.
+    pub fn is_empty(&self) -> bool {
+        self.layer.len == 0
     }
 }
 
@@ -194,6 +314,8 @@ impl Layer {
 pub struct OverlapIndex {
     stored: Layer,
     reserved: Layer,
+    /// Shared strings of the entries; rebuilt at each relist.
+    strings: Interner,
     /// Expiry of each reservation, by (namespace, name).
     expiries: HashMap<(String, String), DateTime<Utc>>,
     /// Who made each reservation (the requester's user name), by (namespace, name).
@@ -210,12 +332,12 @@ impl OverlapIndex {
 
     /// Number of stored bookings (reservations not counted).
     pub fn len(&self) -> usize {
-        self.stored.names.len()
+        self.stored.len
     }
 
     /// Whether no booking is stored.
     pub fn is_empty(&self) -> bool {
-        self.stored.names.is_empty()
+        self.stored.len == 0
     }
 
     /// Number of reservations, expired or not.
@@ -225,15 +347,15 @@ impl OverlapIndex {
 
     /// Adds or replaces a stored booking (a watch event). A reservation of the same booking with
     /// the same slot is confirmed and dropped.
-    pub fn upsert(&mut self, booking: IndexedBooking) {
-        let key = (booking.namespace.clone(), booking.name.clone());
+    pub fn upsert(&mut self, mut booking: IndexedBooking) {
         if self
             .reserved
-            .get(&key.0, &key.1)
+            .get(&booking.namespace, &booking.name)
             .is_some_and(|r| r.slot == booking.slot && r.resource_name == booking.resource_name)
         {
-            self.drop_reservation(&key.0, &key.1);
+            self.drop_reservation(&booking.namespace, &booking.name);
         }
+        self.strings.share(&mut booking);
         self.stored.insert(booking);
     }
 
@@ -274,9 +396,35 @@ impl OverlapIndex {
     /// Replaces every stored booking with `bookings` (the initial list of a watch, or a relist
     /// after the watch was interrupted). Reservations stay until confirmed or expired.
     pub fn replace_all(&mut self, bookings: impl IntoIterator<Item = IndexedBooking>) {
-        self.stored = Layer::default();
+        let mut listed = Listed::default();
         for b in bookings {
-            self.upsert(b);
+            listed.push(b);
+        }
+        self.replace_listed(&mut listed);
+    }
+
+    /// [`OverlapIndex::replace_all`] with the bookings of `listed`, which is left empty.
+    /// Reservations that the list confirms (same Resource and slot) are dropped.
+    pub fn replace_listed(&mut self, listed: &mut Listed) {
+        let listed = std::mem::take(listed);
+        self.stored = listed.layer;
+        self.strings = listed.strings;
+        let confirmed: Vec<(String, String)> = self
+            .expiries
+            .keys()
+            .filter(|(namespace, name)| {
+                match (
+                    self.reserved.get(namespace, name),
+                    self.stored.get(namespace, name),
+                ) {
+                    (Some(r), Some(b)) => r.slot == b.slot && r.resource_name == b.resource_name,
+                    _ => false,
+                }
+            })
+            .cloned()
+            .collect();
+        for (namespace, name) in confirmed {
+            self.drop_reservation(&namespace, &name);
         }
     }
 
@@ -285,7 +433,7 @@ impl OverlapIndex {
     /// booking). [`OverlapIndex::reservations_by`] counts them per requester.
     pub fn reserve(&mut self, booking: IndexedBooking, expires: DateTime<Utc>, requester: &str) {
         self.drop_reservation(&booking.namespace, &booking.name);
-        let key = (booking.namespace.clone(), booking.name.clone());
+        let key = (booking.namespace.to_string(), booking.name.to_string());
         self.expiries.insert(key.clone(), expires);
         self.requesters.insert(key, requester.to_owned());
         *self.per_requester.entry(requester.to_owned()).or_default() += 1;
@@ -330,18 +478,18 @@ impl OverlapIndex {
         slot: Slot,
         now: DateTime<Utc>,
     ) -> Vec<&IndexedBooking> {
-        let live = |b: &&IndexedBooking| b.name != name && !b.deleting && b.slot.end > now;
+        let live = |b: &&IndexedBooking| &*b.name != name && !b.deleting && b.slot.end > now;
         let mut out: Vec<&IndexedBooking> = self
             .reserved
             .overlapping(namespace, resource, slot)
             .filter(live)
             .filter(|b| {
                 self.expiries
-                    .get(&(b.namespace.clone(), b.name.clone()))
+                    .get(&(b.namespace.to_string(), b.name.to_string()))
                     .is_some_and(|at| *at > now)
             })
             .collect();
-        let reserved_names: Vec<String> = out.iter().map(|b| b.name.clone()).collect();
+        let reserved_names: Vec<Arc<str>> = out.iter().map(|b| b.name.clone()).collect();
         out.extend(
             self.stored
                 .overlapping(namespace, resource, slot)
@@ -372,15 +520,15 @@ mod tests {
             name: name.into(),
             resource_name: res.into(),
             user_id: "ann".into(),
-            start_at: crate::time::format_rfc3339(t(a)),
-            end_at: crate::time::format_rfc3339(t(b)),
+            start_at: crate::time::format_rfc3339(t(a)).into(),
+            end_at: crate::time::format_rfc3339(t(b)).into(),
             slot: slot(a, b),
             deleting: false,
         }
     }
 
     fn names(v: Vec<&IndexedBooking>) -> Vec<&str> {
-        v.into_iter().map(|b| b.name.as_str()).collect()
+        v.into_iter().map(|b| &*b.name).collect()
     }
 
     #[test]
@@ -565,6 +713,30 @@ mod tests {
         assert!(idx.get("a", "gone").is_none());
         assert!(idx.get("a", "kept").is_some());
         assert_eq!(idx.len(), 1);
+    }
+
+    #[test]
+    fn a_relist_confirms_the_reservations_it_holds_and_shares_strings() {
+        let mut idx = OverlapIndex::new();
+        let ttl = t(0) + Duration::seconds(30);
+        idx.reserve(entry("a", "listed", "r", 1, 2), ttl, "ann");
+        idx.reserve(entry("a", "moved", "r", 3, 4), ttl, "ann");
+        let mut listed = Listed::default();
+        listed.push(entry("a", "listed", "r", 1, 2));
+        listed.push(entry("a", "moved", "r", 5, 6));
+        listed.push(entry("a", "other", "r", 7, 8));
+        assert_eq!(listed.len(), 3);
+        idx.replace_listed(&mut listed);
+        assert!(listed.is_empty());
+        assert_eq!((idx.len(), idx.reservations()), (3, 1));
+        assert_eq!(idx.reservations_by("ann"), 1);
+        let (one, two) = (
+            idx.get("a", "listed").unwrap(),
+            idx.get("a", "other").unwrap(),
+        );
+        assert!(Arc::ptr_eq(&one.namespace, &two.namespace));
+        assert!(Arc::ptr_eq(&one.resource_name, &two.resource_name));
+        assert!(Arc::ptr_eq(&one.user_id, &two.user_id));
     }
 
     #[test]

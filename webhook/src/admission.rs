@@ -19,7 +19,9 @@
 
 use base64::{Engine as _, engine::general_purpose::STANDARD as BASE64};
 use booking_shared::{
-    api::{Booking, BookingCalendar, BookingScheduler, GROUP, Resource, ResourceMonitor},
+    api::{
+        Booking, BookingCalendar, BookingScheduler, BookingSpec, GROUP, Resource, ResourceMonitor,
+    },
     claims,
     overlap::IndexedBooking,
     time::Slot,
@@ -109,8 +111,7 @@ impl ReviewResult {
 /// The answer to one AdmissionReview, with labels for metrics.
 #[derive(Debug)]
 pub struct Decision {
-    /// The AdmissionReview to send back.
-    pub review: AdmissionReview<DynamicObject>,
+    answer: Answer,
     /// The request's kind (`unknown` when unreadable).
     pub kind: String,
     /// The request's operation (`UNKNOWN` when unreadable).
@@ -121,16 +122,70 @@ pub struct Decision {
     pub patch: Option<json_patch::Patch>,
 }
 
+/// The AdmissionReview to send back: as kube's type, or already encoded (the allowed answers of
+/// the borrowed path, from [`AllowedTemplate`]).
+#[derive(Debug)]
+enum Answer {
+    Review(Box<AdmissionReview<DynamicObject>>),
+    Encoded { uid: String, json: Vec<u8> },
+}
+
 impl Decision {
+    fn of_review(
+        review: AdmissionReview<DynamicObject>,
+        kind: String,
+        operation: &'static str,
+        verdict: ReviewResult,
+        patch: Option<json_patch::Patch>,
+    ) -> Self {
+        Self {
+            answer: Answer::Review(Box::new(review)),
+            kind,
+            operation,
+            verdict,
+            patch,
+        }
+    }
+
+    /// An allowed answer to the request `uid`, with `warnings`, written from the template.
+    fn allowed(uid: &str, kind: &str, operation: &'static str, warnings: &[String]) -> Self {
+        Self {
+            answer: Answer::Encoded {
+                uid: uid.to_owned(),
+                json: AllowedTemplate::get().encode(uid, warnings),
+            },
+            kind: kind.to_owned(),
+            operation,
+            verdict: ReviewResult::Allowed,
+            patch: None,
+        }
+    }
+
+    /// The uid of the request answered (empty when unreadable).
+    pub fn uid(&self) -> &str {
+        match &self.answer {
+            Answer::Review(review) => review
+                .response
+                .as_ref()
+                .map(|r| r.uid.as_str())
+                .unwrap_or_default(),
+            Answer::Encoded { uid, .. } => uid,
+        }
+    }
+
     /// The JSON body of the answer. The patch is written as the API server's Go types expect
     /// a `[]byte`: base64 of the JSON patch, with `patchType: JSONPatch`.
     pub fn to_json(&self) -> Vec<u8> {
+        let review = match &self.answer {
+            Answer::Encoded { json, .. } => return json.clone(),
+            Answer::Review(review) => review,
+        };
         if self.patch.is_none()
-            && let Ok(bytes) = serde_json::to_vec(&self.review)
+            && let Ok(bytes) = serde_json::to_vec(review)
         {
             return bytes;
         }
-        let mut value = serde_json::to_value(&self.review).unwrap_or_else(|e| {
+        let mut value = serde_json::to_value(review).unwrap_or_else(|e| {
             serde_json::json!({
                 "apiVersion": "admission.k8s.io/v1",
                 "kind": "AdmissionReview",
@@ -145,20 +200,91 @@ impl Decision {
         }
         serde_json::to_vec(&value).unwrap_or_default()
     }
-}
 
-impl Decision {
     /// An error answer to input that is not a readable AdmissionReview.
     pub fn malformed(message: impl Into<String>) -> Self {
         let mut response = AdmissionResponse::invalid(message.into());
         response.result = Status::failure(&response.result.message, "BadRequest").with_code(400);
-        Self {
-            review: response.into_review(),
-            kind: "unknown".to_owned(),
-            operation: "UNKNOWN",
-            verdict: ReviewResult::Error,
-            patch: None,
+        Self::of_review(
+            response.into_review(),
+            "unknown".to_owned(),
+            "UNKNOWN",
+            ReviewResult::Error,
+            None,
+        )
+    }
+}
+
+/// The allowed answer of a v1 review as kube encodes it (`AdmissionResponse::from(request)`,
+/// allowed, with warnings when there are any), split around the uid and the warnings, so that
+/// an answer is three copies and the encoding of two strings.
+struct AllowedTemplate {
+    /// Before and after the uid's JSON string, without warnings.
+    plain: (Vec<u8>, Vec<u8>),
+    /// Before the uid, between the uid and the warnings' elements, after them.
+    warned: (Vec<u8>, Vec<u8>, Vec<u8>),
+}
+
+impl AllowedTemplate {
+    fn get() -> &'static Self {
+        static TEMPLATE: std::sync::OnceLock<AllowedTemplate> = std::sync::OnceLock::new();
+        TEMPLATE.get_or_init(|| {
+            let review = |warnings: Option<Vec<String>>| {
+                let mut response = AdmissionResponse::invalid(String::new());
+                response.types = kube::core::TypeMeta {
+                    api_version: "admission.k8s.io/v1".to_owned(),
+                    kind: "AdmissionReview".to_owned(),
+                };
+                response.allowed = true;
+                response.result = Status::default();
+                response.warnings = warnings;
+                serde_json::to_vec(&response.into_review()).unwrap_or_default()
+            };
+            let split = |bytes: &[u8], at: &[u8]| -> (Vec<u8>, Vec<u8>) {
+                let i = bytes
+                    .windows(at.len())
+                    .position(|w| w == at)
+                    .unwrap_or(bytes.len());
+                let j = (i + at.len()).min(bytes.len());
+                (bytes[..i].to_vec(), bytes[j..].to_vec())
+            };
+            const UID: &[u8] = br#""uid":"""#;
+            let (before, after) = split(&review(None), UID);
+            let plain = ([before, br#""uid":"#.to_vec()].concat(), after);
+            let (before, rest) = split(&review(Some(Vec::new())), UID);
+            let (middle, end) = split(&rest, br#""warnings":[]"#);
+            let warned = (
+                [before, br#""uid":"#.to_vec()].concat(),
+                [middle, br#""warnings":["#.to_vec()].concat(),
+                [b"]".to_vec(), end].concat(),
+            );
+            AllowedTemplate { plain, warned }
+        })
+    }
+
+    fn encode(&self, uid: &str, warnings: &[String]) -> Vec<u8> {
+        let mut out = Vec::with_capacity(256);
+        let string = |out: &mut Vec<u8>, s: &str| {
+            // Writing a string into a Vec cannot fail.
+            let _ = serde_json::to_writer(&mut *out, s);
+        };
+        if warnings.is_empty() {
+            out.extend_from_slice(&self.plain.0);
+            string(&mut out, uid);
+            out.extend_from_slice(&self.plain.1);
+        } else {
+            out.extend_from_slice(&self.warned.0);
+            string(&mut out, uid);
+            out.extend_from_slice(&self.warned.1);
+            for (i, w) in warnings.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                string(&mut out, w);
+            }
+            out.extend_from_slice(&self.warned.2);
         }
+        out
     }
 }
 
@@ -188,13 +314,13 @@ pub async fn authorization_refusal(
         } else {
             ("ServiceUnavailable", ReviewResult::Error)
         };
-        return Some(Decision {
-            review: refused(&req, code, reason, &message).into_review(),
-            kind: req.kind.kind.clone(),
-            operation: operation_str(&req.operation),
+        return Some(Decision::of_review(
+            refused(&req, code, reason, &message).into_review(),
+            req.kind.kind.clone(),
+            operation_str(&req.operation),
             verdict,
-            patch: None,
-        });
+            None,
+        ));
     }
     None
 }
@@ -214,10 +340,12 @@ pub fn admit(state: &State, endpoint: Endpoint, body: &[u8]) -> Decision {
     admit_general(state, endpoint, body)
 }
 
-/// The fast path of `/validate` alone: `None` for any review it leaves to [`admit_general`]
-/// (not v1, not one of our kinds, no object, an object that does not read as its kind).
+/// The fast paths of `/validate` alone: a Booking review read in one pass borrowing from the
+/// body ([`borrowed`]), else a review of any served kind read into its typed request ([`fast`]);
+/// `None` for any review they leave to [`admit_general`] (not v1, not one of our kinds, no
+/// object, an object that does not read as its kind).
 pub fn validate_fast(state: &State, body: &[u8]) -> Option<Decision> {
-    fast::validate(state, body)
+    borrowed::validate(state, body).or_else(|| fast::validate(state, body))
 }
 
 /// Judges one AdmissionReview body through the general representation (a dynamic object,
@@ -251,25 +379,25 @@ pub fn admit_general(state: &State, endpoint: Endpoint, body: &[u8]) -> Decision
             "kind {:?} of group {:?} is not served by this webhook; it serves Booking, BookingScheduler, BookingCalendar, Resource and ResourceMonitor of {GROUP}: fix the rules of the webhook configuration",
             request.kind.kind, request.kind.group
         );
-        return Decision {
-            review: refused(&request, 400, "BadRequest", &message).into_review(),
-            kind: request.kind.kind.clone(),
+        return Decision::of_review(
+            refused(&request, 400, "BadRequest", &message).into_review(),
+            request.kind.kind.clone(),
             operation,
-            verdict: ReviewResult::Error,
-            patch: None,
-        };
+            ReviewResult::Error,
+            None,
+        );
     };
     let ((response, verdict), patch) = match endpoint {
         Endpoint::Validate => (validate(state, kind, &request), None),
         Endpoint::Mutate => mutate(kind, &request),
     };
-    Decision {
-        review: response.into_review(),
-        kind: request.kind.kind.clone(),
+    Decision::of_review(
+        response.into_review(),
+        request.kind.kind.clone(),
         operation,
         verdict,
         patch,
-    }
+    )
 }
 
 // === validate =================================================================================
@@ -307,8 +435,7 @@ fn validate(
                 .old_object
                 .as_ref()
                 .and_then(|o| typed::<Booking>(o, "Booking").ok());
-            validate_requester(&info, &b, old.as_ref())?;
-            validate_booking(state, &info, &b, now)
+            validate_booking(state, &info, &b, old.as_ref(), now)
         }),
         ServedKind::BookingScheduler => typed::<BookingScheduler>(object, "BookingScheduler")
             .and_then(|s| validation::validate_booking_scheduler(&s.spec, &state.policy, now)),
@@ -374,24 +501,70 @@ impl<'a> RequestInfo<'a> {
     }
 }
 
-/// The rule of the requested-by annotation (see [`validation::validate_requested_by`]).
+/// The rule of the requested-by annotation (see [`validation::validate_requested_by`]), from
+/// the annotation of the object and of the old object (`None` when absent, or when there is no
+/// old object).
 fn validate_requester(
     req: &RequestInfo<'_>,
+    new: Option<&str>,
+    old: Option<&str>,
+) -> Result<(), Invalid> {
+    let old = (!req.create).then_some(old);
+    validation::validate_requested_by(new, old, req.user)
+}
+
+/// A typed Booking's rules: the requested-by annotation, then [`validate_booking_parts`].
+fn validate_booking(
+    state: &State,
+    info: &RequestInfo<'_>,
     b: &Booking,
     old: Option<&Booking>,
-) -> Result<(), Invalid> {
-    let old = if req.create {
-        None
-    } else {
-        Some(old.and_then(|o| validation::requested_by(&o.metadata)))
-    };
-    validation::validate_requested_by(validation::requested_by(&b.metadata), old, req.user)
+    now: chrono::DateTime<chrono::Utc>,
+) -> Outcome {
+    validate_requester(
+        info,
+        validation::requested_by(&b.metadata),
+        old.and_then(|o| validation::requested_by(&o.metadata)),
+    )?;
+    validate_booking_parts(
+        state,
+        info,
+        &b.spec,
+        b.metadata.namespace.as_deref(),
+        b.metadata.name.as_deref(),
+        now,
+    )
 }
 
 /// Whether an UPDATE keeps the requested-by annotation as it was (part of what [`exempt`]
 /// compares besides the spec).
 fn same_requester<K: kube::Resource>(old: &K, new: &K) -> bool {
     validation::requested_by(old.meta()) == validation::requested_by(new.meta())
+}
+
+/// The answer of the borrowed path to a Booking request `uid` judged by the rules: an allowed
+/// one from the template, a denial as [`answer`] words it.
+fn answer_borrowed(uid: &str, kind: &str, operation: &'static str, outcome: Outcome) -> Decision {
+    match outcome {
+        Ok(warnings) => Decision::allowed(uid, kind, operation, &warnings),
+        Err(invalid) => {
+            let mut response = AdmissionResponse::invalid(String::new());
+            response.types = kube::core::TypeMeta {
+                api_version: "admission.k8s.io/v1".to_owned(),
+                kind: "AdmissionReview".to_owned(),
+            };
+            response.uid = uid.to_owned();
+            response.allowed = false;
+            response.result = Status::failure(&invalid.to_string(), "Forbidden").with_code(403);
+            Decision::of_review(
+                response.into_review(),
+                kind.to_owned(),
+                operation,
+                ReviewResult::Denied,
+                None,
+            )
+        }
+    }
 }
 
 /// The response to a request judged by the rules.
@@ -416,39 +589,34 @@ fn answer<K: kube::Resource>(
 }
 
 /// A Booking's own rules, then its overlaps with other bookings, then the reservation of its
-/// slot (real requests only) and the missing-Resource warning.
-fn validate_booking(
+/// slot (real requests only) and the missing-Resource warning. `namespace` and `name` are the
+/// object's (the request's when absent).
+fn validate_booking_parts(
     state: &State,
     req: &RequestInfo<'_>,
-    b: &Booking,
+    spec: &BookingSpec,
+    namespace: Option<&str>,
+    name: Option<&str>,
     now: chrono::DateTime<chrono::Utc>,
 ) -> Outcome {
-    let mut warnings = validation::validate_booking(&b.spec, &state.policy, now)?;
-    let namespace = req
-        .namespace
-        .map(str::to_owned)
-        .or_else(|| b.metadata.namespace.clone())
-        .unwrap_or_default();
-    let name = b
-        .metadata
-        .name
-        .clone()
-        .unwrap_or_else(|| req.name.to_owned());
-    let slot = Slot::of_booking(&b.spec).map_err(|e| {
+    let mut warnings = validation::validate_booking(spec, &state.policy, now)?;
+    let namespace = req.namespace.or(namespace).unwrap_or_default();
+    let name = name.unwrap_or(req.name);
+    let slot = Slot::of_booking(spec).map_err(|e| {
         Invalid(vec![validation::Violation {
             field: "spec.end_at".to_owned(),
             message: e.to_string(),
         }])
     })?;
     let check = |index: &booking_shared::overlap::OverlapIndex| -> Result<(), Invalid> {
-        let conflicts = index.conflicts(&namespace, &name, &b.spec.resource_name, slot, now);
+        let conflicts = index.conflicts(namespace, name, &spec.resource_name, slot, now);
         if conflicts.is_empty() {
             Ok(())
         } else {
             Err(Invalid(
                 conflicts
                     .into_iter()
-                    .map(|other| validation::overlap_violation(&b.spec, other))
+                    .map(|other| validation::overlap_violation(spec, other))
                     .collect(),
             ))
         }
@@ -463,21 +631,21 @@ fn validate_booking(
         index.purge_expired(now);
         reservation_room(state, &index, req.user)?;
         let entry = IndexedBooking {
-            namespace: namespace.clone(),
-            name: name.clone(),
-            resource_name: b.spec.resource_name.clone(),
-            user_id: b.spec.user_id.clone(),
-            start_at: b.spec.start_at.clone(),
-            end_at: b.spec.end_at.clone(),
+            namespace: namespace.into(),
+            name: name.into(),
+            resource_name: spec.resource_name.as_str().into(),
+            user_id: spec.user_id.as_str().into(),
+            start_at: spec.start_at.as_str().into(),
+            end_at: spec.end_at.as_str().into(),
             slot,
             deleting: false,
         };
         index.reserve(entry, now + state.reservation_ttl, req.user);
     }
-    if state.resource_exists(&namespace, &b.spec.resource_name) == Some(false) {
+    if state.resource_exists(namespace, &spec.resource_name) == Some(false) {
         warnings.push(validation::missing_resource_warning(
-            &namespace,
-            &b.spec.resource_name,
+            namespace,
+            &spec.resource_name,
         ));
     }
     Ok(warnings)
@@ -613,6 +781,7 @@ fn defaulted<K: Serialize + DeserializeOwned + Clone>(
 
 // === fast path ================================================================================
 
+mod borrowed;
 mod fast;
 
 // === helpers ==================================================================================

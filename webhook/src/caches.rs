@@ -1,20 +1,27 @@
 //! The watches that feed the webhook's caches: every Booking of the cluster into the overlap
 //! index, every Resource into a kube-runtime reflector store.
 //!
+//! The booking watch reads each Booking as a [`WatchedBooking`]: only what the index keeps
+//! (names, deletion mark, resourceVersion, the spec's Resource, user and times), the rest of
+//! the object (managedFields, status, annotations, notifications) skipped unread, so that a
+//! list of 100,000 Bookings costs the index's entries and one page of objects at a time.
+//!
 //! The booking watch follows kube-runtime's reflector semantics: the objects of an initial list
 //! (or of a relist after the watch was interrupted) are buffered and swapped into the index at
 //! once when the list is complete, so the index never shows a half-listed cluster. The webhook
 //! reports ready only after both initial lists.
 
-use std::sync::Arc;
+use std::{borrow::Cow, sync::Arc};
 
 use booking_shared::{
     api::{Booking, Resource},
-    overlap::IndexedBooking,
+    overlap::{BookingFields, IndexedBooking, Listed},
 };
 use futures::StreamExt;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::{
-    Api, Client, ResourceExt,
+    Api, Client,
+    core::NamespaceResourceScope,
     runtime::{
         WatchStreamExt,
         reflector::{self, Store, reflector, store::Writer},
@@ -22,36 +29,158 @@ use kube::{
         watcher::{self, Event, watcher},
     },
 };
+use serde::Deserialize;
 use tokio::sync::watch;
 
 use crate::state::State;
 use booking_shared::ops::stopped;
 
-/// Applies one watch event of a Booking to the index. `buffer` collects an initial list.
-pub fn apply_booking_event(state: &State, buffer: &mut Vec<IndexedBooking>, event: Event<Booking>) {
+/// What the booking watch reads of a Booking: the metadata the watch and the index need and the
+/// spec's fields the index keeps; everything else is skipped unread. It is the Booking's API
+/// resource (group, version, kind, plural) for kube's watcher.
+#[derive(Clone, Debug, Deserialize)]
+pub struct WatchedBooking {
+    /// Name, namespace, resourceVersion (which the watcher resumes from) and
+    /// deletionTimestamp; the other fields of the object's metadata are not read.
+    #[serde(deserialize_with = "watched_meta")]
+    pub metadata: ObjectMeta,
+    /// The spec's fields the index keeps.
+    pub spec: WatchedSpec,
+}
+
+/// The fields of a Booking's spec the index keeps (see [`booking_shared::api::BookingSpec`]).
+#[derive(Clone, Debug, Deserialize)]
+pub struct WatchedSpec {
+    /// `spec.resource_name`.
+    pub resource_name: String,
+    /// `spec.start_at`.
+    pub start_at: String,
+    /// `spec.end_at`.
+    pub end_at: String,
+    /// `spec.user_id`.
+    #[serde(default)]
+    pub user_id: String,
+}
+
+fn watched_meta<'de, D: serde::Deserializer<'de>>(d: D) -> Result<ObjectMeta, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Meta {
+        name: Option<String>,
+        namespace: Option<String>,
+        resource_version: Option<String>,
+        deletion_timestamp: Option<Time>,
+    }
+    let m = Meta::deserialize(d)?;
+    Ok(ObjectMeta {
+        name: m.name,
+        namespace: m.namespace,
+        resource_version: m.resource_version,
+        deletion_timestamp: m.deletion_timestamp,
+        ..ObjectMeta::default()
+    })
+}
+
+impl kube::Resource for WatchedBooking {
+    type DynamicType = ();
+    type Scope = NamespaceResourceScope;
+
+    fn kind(dt: &()) -> Cow<'_, str> {
+        Booking::kind(dt)
+    }
+    fn group(dt: &()) -> Cow<'_, str> {
+        Booking::group(dt)
+    }
+    fn version(dt: &()) -> Cow<'_, str> {
+        Booking::version(dt)
+    }
+    fn api_version(dt: &()) -> Cow<'_, str> {
+        Booking::api_version(dt)
+    }
+    fn plural(dt: &()) -> Cow<'_, str> {
+        Booking::plural(dt)
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+/// A watched object the index reads: the Booking the webhook's watch delivers
+/// ([`WatchedBooking`]), or a whole [`Booking`].
+pub trait IndexSource {
+    /// Namespace and name.
+    fn key(&self) -> (&str, &str);
+    /// Its index entry; `None` without namespace or name, or when its times form no slot.
+    fn entry(&self) -> Option<IndexedBooking>;
+}
+
+impl IndexSource for WatchedBooking {
+    fn key(&self) -> (&str, &str) {
+        (
+            self.metadata.namespace.as_deref().unwrap_or_default(),
+            self.metadata.name.as_deref().unwrap_or_default(),
+        )
+    }
+
+    fn entry(&self) -> Option<IndexedBooking> {
+        IndexedBooking::new(BookingFields {
+            namespace: self.metadata.namespace.as_deref()?,
+            name: self.metadata.name.as_deref()?,
+            resource_name: &self.spec.resource_name,
+            user_id: &self.spec.user_id,
+            start_at: &self.spec.start_at,
+            end_at: &self.spec.end_at,
+            deleting: self.metadata.deletion_timestamp.is_some(),
+        })
+    }
+}
+
+impl IndexSource for Booking {
+    fn key(&self) -> (&str, &str) {
+        (
+            self.metadata.namespace.as_deref().unwrap_or_default(),
+            self.metadata.name.as_deref().unwrap_or_default(),
+        )
+    }
+
+    fn entry(&self) -> Option<IndexedBooking> {
+        IndexedBooking::from_booking(self)
+    }
+}
+
+/// Applies one watch event of a Booking to the index. `buffer` collects an initial list (or a
+/// relist), swapped into the index when it is complete.
+pub fn apply_booking_event<B: IndexSource>(state: &State, buffer: &mut Listed, event: Event<B>) {
     match event {
         Event::Init => buffer.clear(),
-        Event::InitApply(b) => buffer.extend(IndexedBooking::from_booking(&b)),
+        Event::InitApply(b) => {
+            if let Some(entry) = b.entry() {
+                buffer.push(entry);
+            }
+        }
         Event::InitDone => {
             let listed = buffer.len();
-            state.write_index().replace_all(buffer.drain(..));
+            state.write_index().replace_listed(buffer);
             state.mark_bookings_synced();
             tracing::info!(bookings = listed, "booking index synced");
         }
         Event::Apply(b) => {
             let mut index = state.write_index();
-            match IndexedBooking::from_booking(&b) {
+            match b.entry() {
                 Some(entry) => index.upsert(entry),
                 // Times that no longer form a slot: such a booking blocks nothing.
                 None => {
-                    index.remove(&b.namespace().unwrap_or_default(), &b.name_any());
+                    let (namespace, name) = b.key();
+                    index.remove(namespace, name);
                 }
             }
         }
         Event::Delete(b) => {
-            state
-                .write_index()
-                .remove(&b.namespace().unwrap_or_default(), &b.name_any());
+            let (namespace, name) = b.key();
+            state.write_index().remove(namespace, name);
         }
     }
 }
@@ -68,11 +197,11 @@ pub async fn run_booking_watch(
     state: Arc<State>,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let api: Api<Booking> = Api::all(client);
+    let api: Api<WatchedBooking> = Api::all(client);
     let mut backoff = watcher::DefaultBackoff::default();
     loop {
         let mut events = watcher(api.clone(), watcher::Config::default()).boxed();
-        let mut buffer = Vec::new();
+        let mut buffer = Listed::default();
         loop {
             tokio::select! {
                 event = events.next() => match event {

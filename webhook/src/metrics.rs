@@ -13,13 +13,13 @@ use prometheus_client::{
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct DecisionLabels {
     /// `validate` or `mutate`.
-    pub endpoint: String,
+    pub endpoint: &'static str,
     /// Kind of the reviewed object ([`kind_label`]: a served kind, `unknown` or `other`).
-    pub kind: String,
+    pub kind: &'static str,
     /// `CREATE`, `UPDATE`, `DELETE`, `CONNECT` or `UNKNOWN`.
-    pub operation: String,
+    pub operation: &'static str,
     /// `allowed`, `denied` or `error`.
-    pub result: String,
+    pub result: &'static str,
 }
 
 /// The `kind` label of a decision: one of the served kinds, `unknown` (unreadable) or `other`
@@ -40,14 +40,14 @@ pub fn kind_label(kind: &str) -> &'static str {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct EndpointLabels {
     /// `validate` or `mutate`.
-    pub endpoint: String,
+    pub endpoint: &'static str,
 }
 
 /// Labels of certificate reloads.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReloadLabels {
     /// `success` or `failure`.
-    pub result: String,
+    pub result: &'static str,
 }
 
 fn latency_histogram() -> Histogram {
@@ -138,9 +138,7 @@ impl Metrics {
         // The closed label sets exist from the start, at zero, so that `increase()` and `rate()`
         // see a counter's first increment (a series born at 1 shows none).
         for result in ["success", "failure"] {
-            let _ = certificate_reloads.get_or_create(&ReloadLabels {
-                result: result.to_owned(),
-            });
+            let _ = certificate_reloads.get_or_create(&ReloadLabels { result });
         }
         for reason in REJECT_REASONS {
             let _ = rejected_requests.get_or_create(&ReasonLabels {

@@ -289,25 +289,20 @@ fn observe(state: &State, endpoint: Endpoint, decision: &Decision, started: std:
         .metrics
         .latency
         .get_or_create(&EndpointLabels {
-            endpoint: endpoint.as_str().to_owned(),
+            endpoint: endpoint.as_str(),
         })
         .observe(started.elapsed().as_secs_f64());
     state
         .metrics
         .decisions
         .get_or_create(&DecisionLabels {
-            endpoint: endpoint.as_str().to_owned(),
-            kind: crate::metrics::kind_label(&decision.kind).to_owned(),
-            operation: decision.operation.to_owned(),
-            result: decision.verdict.as_str().to_owned(),
+            endpoint: endpoint.as_str(),
+            kind: crate::metrics::kind_label(&decision.kind),
+            operation: decision.operation,
+            result: decision.verdict.as_str(),
         })
         .inc();
-    let uid = decision
-        .review
-        .response
-        .as_ref()
-        .map(|r| r.uid.as_str())
-        .unwrap_or_default();
+    let uid = decision.uid();
     tracing::info!(
         endpoint = endpoint.as_str(),
         kind = %decision.kind,

@@ -170,18 +170,14 @@ impl ReloadingCert {
                     tracing::info!(cert = %self.cert_path.display(), "serving certificate reloaded");
                     metrics
                         .certificate_reloads
-                        .get_or_create(&ReloadLabels {
-                            result: "success".into(),
-                        })
+                        .get_or_create(&ReloadLabels { result: "success" })
                         .inc();
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "serving certificate not reloaded; the previous one stays in use");
                     metrics
                         .certificate_reloads
-                        .get_or_create(&ReloadLabels {
-                            result: "failure".into(),
-                        })
+                        .get_or_create(&ReloadLabels { result: "failure" })
                         .inc();
                 }
             }

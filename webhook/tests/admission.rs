@@ -195,7 +195,7 @@ fn reservations_are_bounded_per_requester_and_released_when_the_watch_delivers()
         serde_json::from_value(booking("ns", "m0", "m0", 1, 2, "x")).unwrap();
     booking_webhook::caches::apply_booking_event(
         &state,
-        &mut Vec::new(),
+        &mut Default::default(),
         kube::runtime::watcher::Event::Apply(m0),
     );
     assert_eq!(state.read_index().reservations_by("mallory"), 1);
@@ -473,8 +473,13 @@ fn watch_events_keep_the_index_current() {
     use kube::runtime::watcher::Event;
     let typed = |v: Value| -> Booking { serde_json::from_value(v).unwrap() };
     let state = state_with(&[booking("ns", "old", "r", 1, 2, "ann")], &[]);
-    let mut buffer = Vec::new();
-    let slot_of = |name: &str| state.read_index().get("ns", name).map(|b| b.end_at.clone());
+    let mut buffer = Default::default();
+    let slot_of = |name: &str| {
+        state
+            .read_index()
+            .get("ns", name)
+            .map(|b| b.end_at.to_string())
+    };
     apply_booking_event(
         &state,
         &mut buffer,
@@ -501,16 +506,180 @@ fn watch_events_keep_the_index_current() {
     );
     assert_eq!(slot_of("old"), None);
     // A relist replaces the contents only when complete.
-    apply_booking_event(&state, &mut buffer, Event::Init);
+    apply_booking_event(
+        &state,
+        &mut buffer,
+        Event::<booking_shared::api::Booking>::Init,
+    );
     apply_booking_event(
         &state,
         &mut buffer,
         Event::InitApply(typed(booking("ns", "relisted", "r", 1, 2, "ann"))),
     );
     assert_eq!(slot_of("relisted"), None, "not before InitDone");
-    apply_booking_event(&state, &mut buffer, Event::InitDone);
+    apply_booking_event(
+        &state,
+        &mut buffer,
+        Event::<booking_shared::api::Booking>::InitDone,
+    );
     assert_eq!(slot_of("relisted"), Some(at(2)));
     assert_eq!(state.read_index().len(), 1);
+}
+
+/// A Booking as the API server stores and sends it: managedFields, labels, annotations, a
+/// status, notifications.
+fn stored_shape(mut object: Value) -> Value {
+    let meta = &mut object["metadata"];
+    meta["uid"] = json!("9c1b7c1e-5d3a-4c55-9d0a-6d1f7e0b2a11");
+    meta["resourceVersion"] = json!("48213");
+    meta["generation"] = json!(1);
+    meta["creationTimestamp"] = json!("2030-06-01T11:58:02Z");
+    meta["labels"] = json!({"app.kubernetes.io/name": "analytics", "team": "data-platform"});
+    meta["annotations"] = json!({
+        "kubectl.kubernetes.io/last-applied-configuration": "{\"apiVersion\":\"manager.kotaico.de/v1\"}\n",
+        "manager.kotaico.de/requested-by": "ann",
+    });
+    meta["managedFields"] = json!([
+        {"manager": "kubectl-client-side-apply", "operation": "Update",
+         "apiVersion": "manager.kotaico.de/v1", "time": "2030-06-01T11:58:02Z",
+         "fieldsType": "FieldsV1",
+         "fieldsV1": {"f:metadata": {"f:annotations": {".": {}, "f:kubectl.kubernetes.io/last-applied-configuration": {}}},
+                      "f:spec": {".": {}, "f:end_at": {}, "f:resource_name": {}, "f:start_at": {}}}},
+        {"manager": "booking-controller", "operation": "Update", "apiVersion": "manager.kotaico.de/v1",
+         "time": "2030-06-01T11:58:03Z", "fieldsType": "FieldsV1", "subresource": "status",
+         "fieldsV1": {"f:status": {".": {}, "f:status": {}}}},
+    ]);
+    meta["finalizers"] = json!(["manager.kotaico.de/release"]);
+    object["spec"]["notifications"] = json!([{"type": "email", "recipient": "ann@example.com"}]);
+    object["status"] = json!({"status": "SCHEDULED"});
+    object
+}
+
+/// A review as the API server sends it (requestKind, requestResource, userInfo with groups and
+/// extra, options), around `req`'s.
+fn real_review(req: &Req) -> Vec<u8> {
+    let mut review: Value = serde_json::from_slice(&req.body()).unwrap();
+    let r = &mut review["request"];
+    r["requestKind"] = r["kind"].clone();
+    r["requestResource"] = r["resource"].clone();
+    r["userInfo"]["groups"] = json!(["system:masters", "system:authenticated"]);
+    r["userInfo"]["extra"] =
+        json!({"authentication.kubernetes.io/credential-id": ["X509SHA256=ab12"]});
+    r["options"] = json!({"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1",
+        "fieldManager": "kubectl-client-side-apply", "fieldValidation": "Strict"});
+    serde_json::to_vec(&review).unwrap()
+}
+
+#[test]
+fn reviews_shaped_like_the_api_servers_get_the_general_paths_answer() {
+    use booking_webhook::admission::{admit_general, validate_fast};
+    let held = booking("ns", "held", "r", 1, 3, "ann");
+    let mut deleting = stored_shape(booking("ns", "a", "r", 1, 2, "ann"));
+    deleting["metadata"]["deletionTimestamp"] = json!("2030-06-01T12:00:00Z");
+    let mut other_requester = stored_shape(booking("ns", "a", "r", 5, 6, "ann"));
+    other_requester["metadata"]["annotations"]["manager.kotaico.de/requested-by"] = json!("bob");
+    let cases = [
+        Req::create(stored_shape(booking("ns", "a", "r", 5, 6, "ann"))),
+        Req::create(stored_shape(booking("ns", "a", "r", 2, 4, "ann"))),
+        Req::create(stored_shape(booking("ns", "a", "missing", -3, -2, ""))),
+        Req::create(other_requester.clone()),
+        Req::update(
+            stored_shape(booking("ns", "a", "r", 5, 6, "ann")),
+            other_requester,
+        ),
+        Req::update(
+            stored_shape(booking("ns", "a", "r", 5, 6, "ann")),
+            stored_shape(booking("ns", "a", "r", 2, 6, "ann")),
+        ),
+        Req::update(stored_shape(booking("ns", "a", "r", 2, 6, "ann")), deleting),
+        Req {
+            dry_run: true,
+            ..Req::create(stored_shape(booking("ns", "a", "r", 5, 6, "ann")))
+        },
+        Req {
+            sub_resource: Some("status"),
+            ..Req::update(
+                stored_shape(booking("ns", "a", "r", 5, 6, "ann")),
+                stored_shape(booking("ns", "a", "r", 1, 2, "ann")),
+            )
+        },
+        Req {
+            operation: "DELETE",
+            object: Value::Null,
+            ..Req::update(
+                stored_shape(booking("ns", "a", "r", 5, 6, "ann")),
+                Value::Null,
+            )
+        },
+    ];
+    for req in &cases {
+        let body = real_review(req);
+        let (fast_state, general_state) = (
+            state_with(&[held.clone()], &[resource("ns", "r")]),
+            state_with(&[held.clone()], &[resource("ns", "r")]),
+        );
+        let fast = validate_fast(&fast_state, &body)
+            .unwrap_or_else(|| panic!("the fast path left {}", String::from_utf8_lossy(&body)));
+        let general = admit_general(&general_state, Endpoint::Validate, &body);
+        assert_eq!(
+            serde_json::from_slice::<Value>(&fast.to_json()).unwrap(),
+            serde_json::from_slice::<Value>(&general.to_json()).unwrap(),
+            "{}",
+            String::from_utf8_lossy(&body)
+        );
+        assert_eq!(
+            (&fast.kind, fast.operation, fast.verdict, fast.uid()),
+            (
+                &general.kind,
+                general.operation,
+                general.verdict,
+                general.uid()
+            )
+        );
+        // The same reservations were made.
+        assert_eq!(
+            fast_state.read_index().reservations(),
+            general_state.read_index().reservations()
+        );
+    }
+    // A value of the wrong type anywhere in the metadata is left to the general path.
+    for (field, value) in [
+        ("labels", json!({"team": 5})),
+        ("managedFields", json!([{"time": "yesterday"}])),
+        ("finalizers", json!("one")),
+        ("generation", json!("1")),
+        ("ownerReferences", json!([{"controller": "yes"}])),
+    ] {
+        let mut object = stored_shape(booking("ns", "a", "r", 5, 6, "ann"));
+        object["metadata"][field] = value;
+        let body = real_review(&Req::create(object));
+        let state = state_with(&[], &[]);
+        assert!(validate_fast(&state, &body).is_none(), "{field}");
+        let r = response_of(&admit(&state, Endpoint::Validate, &body).to_json());
+        assert_eq!(r["allowed"], false, "{field}: {r}");
+    }
+}
+
+#[test]
+fn the_watch_reads_a_stored_booking_as_its_whole_object() {
+    use booking_shared::api::Booking;
+    use booking_webhook::caches::{IndexSource as _, WatchedBooking};
+    let mut stored = stored_shape(booking("ns", "a", "r", 5, 6, "ann"));
+    let whole: Booking = serde_json::from_value(stored.clone()).unwrap();
+    let watched: WatchedBooking = serde_json::from_value(stored.clone()).unwrap();
+    assert_eq!(watched.entry(), whole.entry());
+    assert!(watched.entry().is_some());
+    assert_eq!(
+        kube::ResourceExt::resource_version(&watched).as_deref(),
+        Some("48213")
+    );
+    stored["metadata"]["deletionTimestamp"] = json!("2030-06-01T12:00:00Z");
+    let watched: WatchedBooking = serde_json::from_value(stored).unwrap();
+    assert!(watched.entry().is_some_and(|e| e.deleting));
+    assert_eq!(
+        <WatchedBooking as kube::Resource>::url_path(&(), Some("ns")),
+        <Booking as kube::Resource>::url_path(&(), Some("ns"))
+    );
 }
 
 /// A restarted webhook whose index has not synced yet cannot know the cluster's bookings: it
@@ -544,16 +713,16 @@ fn bookings_are_not_judged_before_the_index_has_synced() {
         })),
     );
     assert_eq!(scheduler["allowed"], true, "{scheduler}");
-    let mut buffer = Vec::new();
+    let mut buffer = Default::default();
     booking_webhook::caches::apply_booking_event(
         &state,
         &mut buffer,
-        kube::runtime::watcher::Event::Init,
+        kube::runtime::watcher::Event::<booking_shared::api::Booking>::Init,
     );
     booking_webhook::caches::apply_booking_event(
         &state,
         &mut buffer,
-        kube::runtime::watcher::Event::InitDone,
+        kube::runtime::watcher::Event::<booking_shared::api::Booking>::InitDone,
     );
     assert_eq!(validate(&state, &req)["allowed"], true);
 }

@@ -48,15 +48,15 @@ impl Layout {
         )
     }
 
-    /// A CREATE review of group 0 in the free gap between its first two bookings (allowed).
-    pub fn free_review(&self) -> Vec<u8> {
-        let obj = booking(
+    /// The booking of group 0 in the free gap between its first two bookings, as `kubectl
+    /// apply` sends it ([`applied`]): the object whose real create gives the load's review.
+    pub fn free_booking(&self) -> Value {
+        applied(booking(
             "probe-free",
             &Self::resource(0),
             self.base + Duration::minutes(70),
             self.base + Duration::minutes(110),
-        );
-        review(&obj, false)
+        ))
     }
 
     /// A CREATE review overlapping the layout's first booking (denied when it is indexed).
@@ -91,7 +91,25 @@ pub fn booking(name: &str, resource: &str, start: DateTime<Utc>, end: DateTime<U
     })
 }
 
-/// An AdmissionReview v1 of a CREATE of `object` as the API server sends it.
+/// `object` as `kubectl apply` creates it: with labels and the
+/// `kubectl.kubernetes.io/last-applied-configuration` annotation holding the manifest.
+pub fn applied(mut object: Value) -> Value {
+    object["metadata"]["labels"] = json!({
+        "app.kubernetes.io/name": "analytics",
+        "app.kubernetes.io/part-of": "bench",
+        "team": "data-platform",
+    });
+    let manifest = object.to_string();
+    object["metadata"]["annotations"] =
+        json!({"kubectl.kubernetes.io/last-applied-configuration": format!("{manifest}\n")});
+    object
+}
+
+/// The field manager of `kubectl apply`'s create (client-side apply).
+pub const KUBECTL_APPLY_MANAGER: &str = "kubectl-client-side-apply";
+
+/// A hand-made AdmissionReview v1 of a CREATE of `object` (the index probes; the load is a
+/// review captured from the real API server, see [`crate::capture`]).
 pub fn review(object: &Value, dry_run: bool) -> Vec<u8> {
     let body = json!({
         "apiVersion": "admission.k8s.io/v1",

@@ -5,6 +5,8 @@
 //!   are measured from each request's *scheduled* send time (no coordinated omission).
 //! - [`echo`]: the bare hyper + rustls server answering a fixed AdmissionReview: the ceiling of
 //!   the machine against which the webhook's throughput is read.
+//! - [`capture`]: an admission endpoint registered with a real API server that records the
+//!   reviews it sends: the load of the webhook figures.
 //! - [`stats`]: percentiles of latency samples.
 //! - [`sys`]: CPU pinning (`taskset`) and resident memory from `/proc`.
 //! - [`fixtures`]: AdmissionReview bodies and Booking objects.
@@ -15,6 +17,7 @@
 //! The binary `booking-bench` runs the suite and writes `target/bench/results.json`;
 //! `booking-bench --smoke` runs a seconds-long check of the harness itself (CI).
 
+pub mod capture;
 pub mod cluster;
 pub mod echo;
 pub mod fixtures;

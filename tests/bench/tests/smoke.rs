@@ -3,8 +3,9 @@
 //! kube-apiserver of the tested release) started by the run, for about twenty seconds. It
 //! checks that the harness works (control planes start, bookings are created through the real
 //! API server, the webhook's index is fed by its watch, the load client completes requests,
-//! the real API server calls the webhook through the shipped configurations, the results file
-//! is written); it asserts no performance figure.
+//! the real API server calls the webhook through the shipped configurations, the load's review
+//! is captured from the real API server, the large index is fed, the results file is written);
+//! it asserts no performance figure.
 
 use std::path::{Path, PathBuf};
 
@@ -43,6 +44,9 @@ fn smoke_run_writes_the_webhook_figures() {
         "booking_create_p99_ms_with_webhook",
         "booking_create_p50_ms_without_webhook",
         "booking_create_p99_ms_without_webhook",
+        "webhook_own_ms_per_review_mutate_real_create",
+        "webhook_own_ms_per_review_validate_real_create",
+        "webhook_rss_mib_100k_bookings",
     ] {
         let v = results[key].as_f64();
         assert!(
@@ -51,7 +55,12 @@ fn smoke_run_writes_the_webhook_figures() {
         );
     }
     // The difference may be of either sign on a noisy machine; it must be there.
-    for key in ["webhook_added_create_p50_ms", "webhook_added_create_p99_ms"] {
+    for key in [
+        "webhook_added_create_p50_ms",
+        "webhook_added_create_p99_ms",
+        "webhook_added_p50_ms_real_create_10k",
+        "webhook_added_p99_ms_real_create_10k",
+    ] {
         assert!(
             results[key].as_f64().is_some_and(f64::is_finite),
             "{key} missing in {results}"

@@ -18,7 +18,7 @@ use serde::{Deserialize, de::DeserializeOwned};
 
 use super::{
     Decision, RequestInfo, ReviewResult, ServedKind, answer, operation_str, validate_booking,
-    validate_requester, validate_resource,
+    validate_resource,
 };
 use crate::state::State;
 
@@ -52,10 +52,7 @@ pub(super) fn validate(state: &State, body: &[u8]) -> Option<Decision> {
     match ServedKind::of(&peek.request?.kind)? {
         // Until the index has synced, the general path answers (503).
         ServedKind::Booking if !state.bookings_synced() => None,
-        ServedKind::Booking => judge::<Booking>(state, body, |state, info, b, old, now| {
-            validate_requester(info, b, old)?;
-            validate_booking(state, info, b, now)
-        }),
+        ServedKind::Booking => judge::<Booking>(state, body, validate_booking),
         ServedKind::BookingScheduler => {
             judge::<BookingScheduler>(state, body, |state, _, s, _, now| {
                 validation::validate_booking_scheduler(&s.spec, &state.policy, now)
@@ -112,11 +109,11 @@ where
             ),
         )
     };
-    Some(Decision {
-        review: response.into_review(),
-        kind: req.kind.kind.clone(),
-        operation: operation_str(&req.operation),
+    Some(Decision::of_review(
+        response.into_review(),
+        req.kind.kind.clone(),
+        operation_str(&req.operation),
         verdict,
-        patch: None,
-    })
+        None,
+    ))
 }

@@ -39,13 +39,21 @@ pub fn state_with(bookings: &[Value], resources: &[Value]) -> Arc<State> {
         Arc::new(now),
         Metrics::new(),
     ));
-    let mut buffer = Vec::new();
-    caches::apply_booking_event(&state, &mut buffer, Event::Init);
+    let mut buffer = Default::default();
+    caches::apply_booking_event(
+        &state,
+        &mut buffer,
+        Event::<booking_shared::api::Booking>::Init,
+    );
     for b in bookings {
         let b: Booking = serde_json::from_value(b.clone()).unwrap();
         caches::apply_booking_event(&state, &mut buffer, Event::InitApply(b));
     }
-    caches::apply_booking_event(&state, &mut buffer, Event::InitDone);
+    caches::apply_booking_event(
+        &state,
+        &mut buffer,
+        Event::<booking_shared::api::Booking>::InitDone,
+    );
     state.mark_resources_synced();
     state
 }

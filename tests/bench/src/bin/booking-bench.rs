@@ -22,6 +22,7 @@ use std::{
 
 use anyhow::{Context as _, bail, ensure};
 use booking_bench::{
+    capture::CaptureServer,
     cluster::{self, Cluster},
     fixtures::{self, Layout},
     load::{self, Target},
@@ -66,6 +67,11 @@ struct Args {
     /// Bookings indexed for the webhook figures.
     #[arg(long, default_value_t = 10_000)]
     bookings: usize,
+    /// Bookings indexed for the webhook's large-index memory figure
+    /// (`webhook_rss_mib_100k_bookings`): after every other webhook figure, bookings are
+    /// created on the same API server until it holds this many. 0 skips it.
+    #[arg(long, default_value_t = 100_000)]
+    bookings_large: usize,
     /// Seconds of each measured load run.
     #[arg(long, default_value_t = 10)]
     seconds: u64,
@@ -107,6 +113,7 @@ fn main() -> anyhow::Result<()> {
     let mut args = Args::parse();
     if args.smoke {
         args.bookings = args.bookings.min(20);
+        args.bookings_large = args.bookings_large.min(100);
         args.seconds = 1;
         args.rounds = 1;
         args.connections = args.connections.min(4);
@@ -505,7 +512,15 @@ mod webhook {
         echo.wait_ready(&Readiness::Tcp(echo_addr), Duration::from_secs(20))
             .await?;
 
-        let body: bytes::Bytes = layout.free_review().into();
+        // The shipped configurations, pointing at the 10k webhook: registered for the capture
+        // of the load's review and for the create-latency figures.
+        let configs = LocalWebhooks::from_manifest(
+            &booking_harness::paths::repo_root()
+                .join("manifests/webhook/webhook-configurations.yaml"),
+            &format!("https://127.0.0.1:{}", wh_full.addr.port()),
+            &ca.cert_pem(),
+        )?;
+        let body = capture_review(&full, &wh_full, &configs, &cert, &ca, &layout, dir).await?;
         let target = |addr| Target {
             addr,
             server_name: "localhost".to_owned(),
@@ -603,16 +618,11 @@ mod webhook {
         // (2b) What the webhook adds to a real create: bookings created one at a time through
         // the API server of the 10k webhook, with the shipped webhook configurations
         // registered (pointing at that webhook) and without them, alternating.
-        let configs = LocalWebhooks::from_manifest(
-            &booking_harness::paths::repo_root()
-                .join("manifests/webhook/webhook-configurations.yaml"),
-            &format!("https://127.0.0.1:{}", wh_full.addr.port()),
-            &ca.cert_pem(),
-        )?;
         let api = cluster::api(&full.client, "bookings", "Booking");
         let (mut with, mut without) = (Samples::default(), Samples::default());
         let mut next = args.bookings;
         let mut registered = false;
+        let mut own = OwnTime::default();
         for round in 0..args.rounds {
             for setting in [round % 2 == 1, round % 2 == 0] {
                 if setting != registered {
@@ -632,8 +642,12 @@ mod webhook {
                 // Warm-up: connections to etcd and (when registered) to the webhook.
                 sequential_creates(&api, &layout, next, 5).await?;
                 next += 5;
+                let before = OwnTime::read(&wh_full).await?;
                 let s = sequential_creates(&api, &layout, next, args.create_samples).await?;
                 next += args.create_samples;
+                if setting {
+                    own.add(&before, &OwnTime::read(&wh_full).await?);
+                }
                 eprintln!(
                     "create latency round {round}, webhook {}: p50 {:.3} ms, p99 {:.3} ms",
                     if setting {
@@ -668,6 +682,31 @@ mod webhook {
         results.insert("webhook_added_create_p50_ms".into(), round3(w50 - o50));
         results.insert("webhook_added_create_p99_ms".into(), round3(w99 - o99));
         results.insert(
+            "webhook_added_p50_ms_real_create_10k".into(),
+            round3(w50 - o50),
+        );
+        results.insert(
+            "webhook_added_p99_ms_real_create_10k".into(),
+            round3(w99 - o99),
+        );
+        // The webhook's own share: its time per review (body read to answer encoded, its
+        // admission_duration_seconds histogram) over the registered creates.
+        for (endpoint, (seconds, count)) in [("mutate", own.mutate), ("validate", own.validate)] {
+            if count > 0.0 {
+                results.insert(
+                    format!("webhook_own_ms_per_review_{endpoint}_real_create"),
+                    round3(seconds * 1000.0 / count),
+                );
+            }
+        }
+        eprintln!(
+            "create latency: the webhook's own time per review {:.3} ms (mutate, {} reviews), {:.3} ms (validate, {} reviews)",
+            own.mutate.0 * 1000.0 / own.mutate.1.max(1.0),
+            own.mutate.1,
+            own.validate.0 * 1000.0 / own.validate.1.max(1.0),
+            own.validate.1,
+        );
+        results.insert(
             "booking_create_latency_samples".into(),
             (with.len() + without.len()) as f64,
         );
@@ -699,11 +738,175 @@ mod webhook {
             sys::pin(std::process::id(), &args.client_cpus)?;
         }
         drop(echo);
-        drop(wh_full);
         drop(wh_empty);
-        drop(full);
         drop(empty);
+
+        // (3) Memory with a large index: bookings created on the same API server until it
+        // holds `--bookings-large`, then the RSS once the index holds them all.
+        let stored = next + 1; // the layout's bookings so far and the captured probe
+        if args.bookings_large > stored {
+            let more = args.bookings_large - stored;
+            if pinning {
+                full.pin(&all)?;
+                sys::pin(std::process::id(), &all)?;
+            }
+            let objects = (next..next + more).map(|i| layout.booking(i)).collect();
+            let created = create_all(args, &full.client, "bookings", "Booking", objects).await?;
+            record_creation(results, "webhook_bookings_large", &created);
+            if pinning {
+                sys::pin(std::process::id(), &args.client_cpus)?;
+                full.pin(&args.client_cpus)?;
+            }
+            let took = wait_indexed(&wh_full, args.bookings_large).await?;
+            eprintln!(
+                "webhook: {} bookings indexed, {:.1}s after the creation",
+                args.bookings_large,
+                took.as_secs_f64()
+            );
+            let rss = sys::rss_mib(wh_full.process.pid())?;
+            eprintln!(
+                "webhook RSS with {} bookings: {rss:.1} MiB",
+                args.bookings_large
+            );
+            results.insert("webhook_rss_mib_100k_bookings".into(), round3(rss));
+            results.insert(
+                "webhook_bookings_indexed_large".into(),
+                args.bookings_large as f64,
+            );
+            for (name, mib) in full.rss_mib() {
+                let name = name.replace('-', "_");
+                results.insert(format!("{name}_rss_mib_100k_bookings"), round3(mib));
+            }
+        }
+        drop(wh_full);
+        drop(full);
         Ok(())
+    }
+
+    /// The webhook's own time on reviews (sum of seconds, count) per endpoint, from its
+    /// `booking_webhook_admission_duration_seconds` histogram.
+    #[derive(Debug, Default, Clone, Copy)]
+    struct OwnTime {
+        mutate: (f64, f64),
+        validate: (f64, f64),
+    }
+
+    impl OwnTime {
+        async fn read(webhook: &Webhook) -> anyhow::Result<Self> {
+            let name = "booking_webhook_admission_duration_seconds";
+            let one = |endpoint: &'static str| async move {
+                let label = format!("endpoint=\"{endpoint}\"");
+                anyhow::Ok((
+                    metric(webhook, &format!("{name}_sum"), &[&label]).await?,
+                    metric(webhook, &format!("{name}_count"), &[&label]).await?,
+                ))
+            };
+            Ok(Self {
+                mutate: one("mutate").await?,
+                validate: one("validate").await?,
+            })
+        }
+
+        fn add(&mut self, before: &Self, after: &Self) {
+            self.mutate.0 += after.mutate.0 - before.mutate.0;
+            self.mutate.1 += after.mutate.1 - before.mutate.1;
+            self.validate.0 += after.validate.0 - before.validate.0;
+            self.validate.1 += after.validate.1 - before.validate.1;
+        }
+    }
+
+    /// The load's review, captured from the real API server: with the shipped configurations
+    /// registered (pointing at the 10k webhook) and one more validating webhook pointing at a
+    /// capture endpoint of the bench, the bench creates the booking of the free gap as `kubectl
+    /// apply` does ([`Layout::free_booking`]); the review of `/validate` the API server sends
+    /// for it — after the real mutating webhook filled its defaults — is the load, byte for
+    /// byte (also written to `captured-validate-review.json` in the run's folder). Both
+    /// registrations are removed before returning.
+    async fn capture_review(
+        full: &Cluster,
+        webhook: &Webhook,
+        configs: &LocalWebhooks,
+        cert: &ServerCert,
+        ca: &TestCa,
+        layout: &Layout,
+        dir: &TestDir,
+    ) -> anyhow::Result<bytes::Bytes> {
+        let server = CaptureServer::start(std::sync::Arc::new(cert.server_config()?)).await?;
+        let mut capture = LocalWebhooks::from_manifest(
+            &booking_harness::paths::repo_root()
+                .join("manifests/webhook/webhook-configurations.yaml"),
+            &format!("https://127.0.0.1:{}", server.addr.port()),
+            &ca.cert_pem(),
+        )?;
+        capture.mutating.clear();
+        for c in &mut capture.validating {
+            c.metadata.name = Some("booking-bench-capture".to_owned());
+            for w in c.webhooks.iter_mut().flatten() {
+                w.name = format!("capture.{}", w.name);
+            }
+        }
+        configs.register(&full.client).await?;
+        capture.register(&full.client).await?;
+        let api = cluster::api(&full.client, "bookings", "Booking");
+        // In effect when a dry-run create reaches the capture endpoint and both webhooks.
+        let t0 = std::time::Instant::now();
+        let probe: DynamicObject = serde_json::from_value(fixtures::booking(
+            "probe-registration",
+            &Layout::resource(1),
+            layout.base + chrono::Duration::minutes(70),
+            layout.base + chrono::Duration::minutes(110),
+        ))?;
+        let dry_run = PostParams {
+            dry_run: true,
+            ..PostParams::default()
+        };
+        loop {
+            let before = booking_decisions(webhook).await?;
+            api.create(&dry_run, &probe)
+                .await
+                .context("dry-run create of the registration probe")?;
+            let after = booking_decisions(webhook).await?;
+            if after.0 > before.0 && after.1 > before.1 && !server.recorded().is_empty() {
+                break;
+            }
+            if t0.elapsed() > Duration::from_secs(60) {
+                bail!("the capture webhook configuration did not take effect in 60 s");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let object: DynamicObject = serde_json::from_value(layout.free_booking())?;
+        let apply = PostParams {
+            field_manager: Some(fixtures::KUBECTL_APPLY_MANAGER.to_owned()),
+            ..PostParams::default()
+        };
+        api.create(&apply, &object)
+            .await
+            .context("creating the booking whose review is the load")?;
+        let review = server
+            .recorded()
+            .into_iter()
+            .find(|c| {
+                let r = c.request();
+                c.path == "/validate"
+                    && r["name"] == "probe-free"
+                    && r["operation"] == "CREATE"
+                    && r["dryRun"] == false
+            })
+            .context(
+                "the API server sent no review of the load's create to the capture endpoint",
+            )?;
+        capture.unregister(&full.client).await?;
+        configs.unregister(&full.client).await?;
+        wait_registration(&api, webhook, layout, false).await?;
+        let path = dir.path().join("captured-validate-review.json");
+        std::fs::write(&path, &review.body)
+            .with_context(|| format!("writing {}", path.display()))?;
+        eprintln!(
+            "load review: captured from the API server's /validate call for a real create ({} bytes, {})",
+            review.body.len(),
+            path.display()
+        );
+        Ok(review.body)
     }
 }
 
