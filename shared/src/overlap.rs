@@ -184,13 +184,16 @@ impl<V> SlotMap<V> {
 /// Bookings of one (namespace, resource).
 type Tree = SlotMap<IndexedBooking>;
 
+/// Of each booking's name: its Resource and slot.
+type Placed = HashMap<Arc<str>, (Arc<str>, Slot)>;
+
 /// One layer of the index: interval trees per (namespace, resource) and the Resource and slot
 /// of each (namespace, name), both keyed by namespace first so that lookups by `&str` need no
 /// allocation.
 #[derive(Default, Debug)]
 struct Layer {
     trees: HashMap<Arc<str>, HashMap<Arc<str>, Tree>>,
-    names: HashMap<Arc<str>, HashMap<Arc<str>, (Arc<str>, Slot)>>,
+    names: HashMap<Arc<str>, Placed>,
     len: usize,
 }
 

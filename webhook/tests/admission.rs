@@ -615,8 +615,8 @@ fn reviews_shaped_like_the_api_servers_get_the_general_paths_answer() {
     for req in &cases {
         let body = real_review(req);
         let (fast_state, general_state) = (
-            state_with(&[held.clone()], &[resource("ns", "r")]),
-            state_with(&[held.clone()], &[resource("ns", "r")]),
+            state_with(std::slice::from_ref(&held), &[resource("ns", "r")]),
+            state_with(std::slice::from_ref(&held), &[resource("ns", "r")]),
         );
         let fast = validate_fast(&fast_state, &body)
             .unwrap_or_else(|| panic!("the fast path left {}", String::from_utf8_lossy(&body)));
