@@ -285,7 +285,7 @@ impl Metrics {
         );
         registry.register(
             "member_action_duration_seconds",
-            "Time from sending a group's starts or stops to their answers (the executor's batch window included), by action",
+            "Time from sending a group's starts or stops to their answers (a batch of other groups' members sent together included), by action",
             action_seconds.clone(),
         );
         let notifications = Family::<NotificationLabels, Counter>::default();
