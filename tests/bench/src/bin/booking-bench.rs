@@ -362,6 +362,22 @@ mod webhook {
         }
     }
 
+    /// The dry-run create that shows whether registered webhooks are in effect: a free slot of
+    /// group 1, between its first two bookings (group 0's gap is the one the load runs reserve).
+    fn registration_probe(layout: &Layout) -> anyhow::Result<(DynamicObject, PostParams)> {
+        let probe = serde_json::from_value(fixtures::booking(
+            "probe-registration",
+            &Layout::resource(1),
+            layout.base + chrono::Duration::minutes(70),
+            layout.base + chrono::Duration::minutes(110),
+        ))?;
+        let dry_run = PostParams {
+            dry_run: true,
+            ..PostParams::default()
+        };
+        Ok((probe, dry_run))
+    }
+
     /// Waits until the API server calls the webhook on a Booking create (both the mutating
     /// and the validating webhook: `registered`), or calls neither (three dry-run creates in a
     /// row), after the configurations were created or deleted: the API server reads them
@@ -373,18 +389,7 @@ mod webhook {
         registered: bool,
     ) -> anyhow::Result<Duration> {
         let t0 = std::time::Instant::now();
-        // A free slot of group 1, between its first two bookings (group 0's gap is the one
-        // the load runs reserve).
-        let probe: DynamicObject = serde_json::from_value(fixtures::booking(
-            "probe-registration",
-            &Layout::resource(1),
-            layout.base + chrono::Duration::minutes(70),
-            layout.base + chrono::Duration::minutes(110),
-        ))?;
-        let dry_run = PostParams {
-            dry_run: true,
-            ..PostParams::default()
-        };
+        let (probe, dry_run) = registration_probe(layout)?;
         let mut quiet = 0;
         loop {
             let before = booking_decisions(webhook).await?;
@@ -850,16 +855,7 @@ mod webhook {
         let api = cluster::api(&full.client, "bookings", "Booking");
         // In effect when a dry-run create reaches the capture endpoint and both webhooks.
         let t0 = std::time::Instant::now();
-        let probe: DynamicObject = serde_json::from_value(fixtures::booking(
-            "probe-registration",
-            &Layout::resource(1),
-            layout.base + chrono::Duration::minutes(70),
-            layout.base + chrono::Duration::minutes(110),
-        ))?;
-        let dry_run = PostParams {
-            dry_run: true,
-            ..PostParams::default()
-        };
+        let (probe, dry_run) = registration_probe(layout)?;
         loop {
             let before = booking_decisions(webhook).await?;
             api.create(&dry_run, &probe)
