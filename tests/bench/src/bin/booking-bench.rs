@@ -52,10 +52,10 @@ struct Args {
     /// Where to write the figures.
     #[arg(long, default_value = "target/bench/results.json")]
     out: PathBuf,
-    /// Sections to run (comma-separated): webhook, controller, restarts.
+    /// Sections to run (comma-separated): webhook, controller, api-load, startup, restarts.
     #[arg(
         long,
-        default_value = "webhook,controller,restarts",
+        default_value = "webhook,controller,api-load,startup,restarts",
         value_delimiter = ','
     )]
     sections: Vec<String>,
@@ -95,6 +95,11 @@ struct Args {
 
 type Results = BTreeMap<String, f64>;
 
+#[path = "booking-bench/api_load.rs"]
+mod api_load;
+#[path = "booking-bench/startup.rs"]
+mod startup;
+
 fn main() -> anyhow::Result<()> {
     let mut args = Args::parse();
     if args.smoke {
@@ -133,6 +138,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
         let outcome = match section.as_str() {
             "webhook" => webhook::run(&args, &dir, &mut results).await,
             "controller" => controller::run(&args, &dir, &mut results).await,
+            "api-load" => api_load::run(&args, &dir, &mut results).await,
+            "startup" => startup::run(&args, &dir, &mut results).await,
             "restarts" => restarts::run(&args, &mut results).await,
             other => Err(anyhow::anyhow!("unknown section {other:?}")),
         };
