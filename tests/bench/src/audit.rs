@@ -134,14 +134,16 @@ async fn create_manifest(client: &kube::Client, file: &Path) -> anyhow::Result<(
             Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
             None => Api::all_with(client.clone(), &ar),
         };
-        api.create(&PostParams::default(), &obj).await.with_context(|| {
-            format!(
-                "creating {} {:?} of {}",
-                gvk.kind,
-                obj.metadata.name,
-                file.display()
-            )
-        })?;
+        api.create(&PostParams::default(), &obj)
+            .await
+            .with_context(|| {
+                format!(
+                    "creating {} {:?} of {}",
+                    gvk.kind,
+                    obj.metadata.name,
+                    file.display()
+                )
+            })?;
     }
     Ok(())
 }

@@ -23,7 +23,14 @@ pub(super) const GROUPS: usize = 100;
 
 /// The verbs reported one by one (every one of them, zero included).
 const VERBS: [&str; 8] = [
-    "get", "list", "watch", "create", "update", "patch", "delete", "deletecollection",
+    "get",
+    "list",
+    "watch",
+    "create",
+    "update",
+    "patch",
+    "delete",
+    "deletecollection",
 ];
 
 /// A private control plane whose API server audits the controller's requests, with the
@@ -72,7 +79,10 @@ pub(super) fn resource(name: &str, tag: &str) -> serde_json::Value {
 }
 
 /// One stopped managed instance tagged for group `tag`; its ID.
-pub(super) async fn stopped_instance(ec2: &aws_sdk_ec2::Client, tag: &str) -> anyhow::Result<String> {
+pub(super) async fn stopped_instance(
+    ec2: &aws_sdk_ec2::Client,
+    tag: &str,
+) -> anyhow::Result<String> {
     let id = booking_harness::moto::seed_ec2_instances(
         ec2,
         1,
@@ -208,7 +218,9 @@ fn record(results: &mut Results, key: &str, counts: &Counts, scale: f64) {
 
 /// The status phase of booking `name` (`SCHEDULED`, `IN PROGRESS`, `FINISHED`), if any.
 async fn phase(client: &kube::Client, name: &str) -> anyhow::Result<Option<String>> {
-    let b = cluster::api(client, "bookings", "Booking").get(name).await?;
+    let b = cluster::api(client, "bookings", "Booking")
+        .get(name)
+        .await?;
     Ok(b.data["status"]["status"].as_str().map(str::to_owned))
 }
 
@@ -275,19 +287,19 @@ pub async fn run(args: &Args, dir: &TestDir, results: &mut Results) -> anyhow::R
     create_all(args, &client, "bookings", "Booking", vec![booking]).await?;
     let limit = slot + Duration::from_secs(120);
     until("the booking's instance running", limit, || async {
-        Ok(instance_state(&ec2, &life).await? == "running")
+        anyhow::Ok(instance_state(&ec2, &life).await? == "running")
     })
     .await?;
     until("the reminder mail", limit, || async {
-        Ok(!smtp.messages()?.is_empty())
+        anyhow::Ok(!smtp.messages()?.is_empty())
     })
     .await?;
     until("the booking FINISHED", limit, || async {
-        Ok(phase(&client, "life").await?.as_deref() == Some("FINISHED"))
+        anyhow::Ok(phase(&client, "life").await?.as_deref() == Some("FINISHED"))
     })
     .await?;
     until("the booking's instance stopped", limit, || async {
-        Ok(instance_state(&ec2, &life).await? == "stopped")
+        anyhow::Ok(instance_state(&ec2, &life).await? == "stopped")
     })
     .await?;
     // What follows the stop (the Resource's status once the inventory sees it stopped).

@@ -146,7 +146,10 @@ pub async fn run(args: &Args, dir: &TestDir, results: &mut Results) -> anyhow::R
         round3(median(&starts).context("no start-up round")?),
     );
     if let Some(r) = median(&readies) {
-        results.insert("controller_startup_readyz_seconds_10k_bookings".into(), round3(r));
+        results.insert(
+            "controller_startup_readyz_seconds_10k_bookings".into(),
+            round3(r),
+        );
     }
     results.insert("controller_startup_rounds".into(), starts.len() as f64);
     drop(proxy);
