@@ -45,13 +45,21 @@ impl Cluster {
     /// Starts etcd and kube-apiserver, installs the CRDs (waiting until they are established
     /// and served) and creates the bench namespace. Returns it with its start-up time.
     pub async fn start(label: &str) -> anyhow::Result<(Cluster, Duration)> {
+        Self::start_with(label, Vec::new()).await
+    }
+
+    /// [`start`](Self::start) with extra kube-apiserver flags (`--name=value`).
+    pub async fn start_with(
+        label: &str,
+        apiserver_args: Vec<String>,
+    ) -> anyhow::Result<(Cluster, Duration)> {
         let dir = TestDir::new(&format!("bench-{label}"))?;
         let t0 = Instant::now();
         let plane = ControlPlane::start(
             &dir,
             ControlPlaneOptions {
                 controller_manager: false,
-                apiserver_args: Vec::new(),
+                apiserver_args,
             },
         )
         .await

@@ -10,6 +10,8 @@
 //! - [`stats`]: percentiles of latency samples.
 //! - [`sys`]: CPU pinning (`taskset`) and resident memory from `/proc`.
 //! - [`fixtures`]: AdmissionReview bodies and Booking objects.
+//! - [`audit`]: the controller's own identity (the shipped ServiceAccount and RBAC) and its API
+//!   requests, counted from kube-apiserver's audit log.
 //! - [`cluster`]: a private etcd and kube-apiserver per section (the real binaries of the tested
 //!   release), with the CRDs; bulk creation through the API; the shipped webhook configurations
 //!   registered against a webhook on 127.0.0.1.
@@ -17,6 +19,7 @@
 //! The binary `booking-bench` runs the suite and writes `target/bench/results.json`;
 //! `booking-bench --smoke` runs a seconds-long check of the harness itself (CI).
 
+pub mod audit;
 pub mod capture;
 pub mod cluster;
 pub mod echo;

@@ -53,10 +53,10 @@ struct Args {
     /// Where to write the figures.
     #[arg(long, default_value = "target/bench/results.json")]
     out: PathBuf,
-    /// Sections to run (comma-separated): webhook, controller, restarts.
+    /// Sections to run (comma-separated): webhook, controller, api-load, startup, restarts.
     #[arg(
         long,
-        default_value = "webhook,controller,restarts",
+        default_value = "webhook,controller,api-load,startup,restarts",
         value_delimiter = ','
     )]
     sections: Vec<String>,
@@ -109,6 +109,11 @@ struct Args {
 
 type Results = BTreeMap<String, f64>;
 
+#[path = "booking-bench/api_load.rs"]
+mod api_load;
+#[path = "booking-bench/startup.rs"]
+mod startup;
+
 fn main() -> anyhow::Result<()> {
     let mut args = Args::parse();
     if args.smoke {
@@ -148,6 +153,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
         let outcome = match section.as_str() {
             "webhook" => webhook::run(&args, &dir, &mut results).await,
             "controller" => controller::run(&args, &dir, &mut results).await,
+            "api-load" => api_load::run(&args, &dir, &mut results).await,
+            "startup" => startup::run(&args, &dir, &mut results).await,
             "restarts" => restarts::run(&args, &mut results).await,
             other => Err(anyhow::anyhow!("unknown section {other:?}")),
         };
@@ -1067,7 +1074,7 @@ mod controller {
     }
 
     /// Whole second at least `ahead` from now.
-    fn next_second(ahead: Duration) -> DateTime<Utc> {
+    pub(super) fn next_second(ahead: Duration) -> DateTime<Utc> {
         let t = Utc::now() + chrono::Duration::from_std(ahead).unwrap_or_default();
         let secs = t.timestamp() + 1;
         DateTime::from_timestamp(secs, 0).unwrap_or(t)
