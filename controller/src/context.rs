@@ -91,6 +91,8 @@ pub struct Caches {
     pub resources: Store<Resource>,
     /// Whether `resources` holds its first full list.
     pub resources_synced: Arc<Synced>,
+    /// All BookingSchedulers in scope (the scheduler controller's cache).
+    pub schedulers: Store<booking_shared::api::BookingScheduler>,
 }
 
 /// The Resource reconciler's own state: the AWS layer and its memory of actions.

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use booking_shared::api::{Booking, Resource};
+use booking_shared::api::{Booking, BookingScheduler, Resource};
 use futures::channel::mpsc;
 use futures::{Stream, StreamExt};
 use kube::api::Api;
@@ -68,7 +68,14 @@ pub struct Feeds {
     pub bookings_store: kube::runtime::reflector::Store<Booking>,
     pub booking_triggers: mpsc::UnboundedReceiver<ObjectRef<Booking>>,
     pub resource_triggers: mpsc::UnboundedReceiver<ObjectRef<Resource>>,
+    /// The BookingSchedulers as the watch applies them to [`Caches::schedulers`], for the
+    /// scheduler controller (one watch for both).
+    pub scheduler_events: SchedulerEvents,
 }
+
+/// The stream of BookingSchedulers applied to the cache.
+pub type SchedulerEvents =
+    futures::stream::BoxStream<'static, Result<BookingScheduler, watcher::Error>>;
 
 impl Feeds {
     /// Starts the Booking and Resource watches. Cached objects drop what no reconciler reads
@@ -79,6 +86,8 @@ impl Feeds {
     pub fn new(client: &kube::Client, ns: &str, metrics: Metrics) -> (Caches, Self) {
         let (bookings_store, bookings_writer) = kube::runtime::reflector::store::<Booking>();
         let (resources_store, resources_writer) = kube::runtime::reflector::store::<Resource>();
+        let (schedulers_store, schedulers_writer) =
+            kube::runtime::reflector::store::<BookingScheduler>();
         metrics.watch_caches(bookings_store.clone(), resources_store.clone());
         let index = Arc::new(BookingIndex::default());
         let resources_synced = Arc::new(Synced::default());
@@ -86,6 +95,11 @@ impl Feeds {
         let (booking_tx, booking_triggers) = mpsc::unbounded::<ObjectRef<Booking>>();
         let mut booking_fanout = Fanout::<Booking>::default();
         let mut resource_fanout = Fanout::<Resource>::default();
+        let wc = watcher::Config::default();
+        let scheduler_events =
+            cached_watch(schedulers_writer, api(client, ns), wc.clone(), strip_cached)
+                .applied_objects()
+                .boxed();
         let feeds = Self {
             booking_events: booking_fanout.subscribe(),
             notification_events: booking_fanout.subscribe(),
@@ -94,8 +108,8 @@ impl Feeds {
             bookings_store: bookings_store.clone(),
             booking_triggers,
             resource_triggers,
+            scheduler_events,
         };
-        let wc = watcher::Config::default();
         // Bookings are listed from etcd, never from the API server's watch cache: right after
         // an API server restart that cache can serve a list older than what is stored, and a
         // booking missing from it would read as "no booking" and stop a held group.
@@ -130,6 +144,7 @@ impl Feeds {
             index,
             resources: resources_store,
             resources_synced,
+            schedulers: schedulers_store,
         };
         (caches, feeds)
     }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use booking_shared::api::{BookingCalendar, BookingScheduler, ResourceMonitor};
+use booking_shared::api::{BookingCalendar, ResourceMonitor};
 use booking_shared::ops;
 use booking_shared::time::system_clock;
 use futures::Stream;
@@ -219,6 +219,7 @@ fn controllers(
         bookings_store,
         booking_triggers,
         resource_triggers,
+        scheduler_events,
     } = feeds;
     let inventory = ctx.groups.inventory.clone();
     let booking_controller = Controller::for_shared_stream(booking_events, bookings_store.clone())
@@ -237,8 +238,9 @@ fn controllers(
         .reconcile_all_on(ticks(inventory.subscribe_scans()));
     // Schedulers and notifications run as controllers of their own, so that neither a slow SMTP
     // server nor a scheduler can delay a group's start or stop.
-    let scheduler_controller = Controller::new(api::<BookingScheduler>(client, ns), wc.clone())
-        .with_config(config.clone());
+    let scheduler_controller =
+        Controller::for_stream(scheduler_events, ctx.caches.schedulers.clone())
+            .with_config(config.clone());
     // A calendar created, changed or deleted wakes the schedulers that reference it.
     let schedulers = scheduler_controller.store();
     let scheduler_controller =

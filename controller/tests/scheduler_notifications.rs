@@ -83,10 +83,12 @@ async fn cluster(label: &str) -> Cluster {
 /// layer is built but never called by these reconcilers).
 fn context(c: &Cluster, clock: &TestClock, notifiers: Notifiers) -> Arc<Context> {
     let (resources, _writer) = kube::runtime::reflector::store();
+    let (schedulers, _writer) = kube::runtime::reflector::store();
     let caches = Caches {
         index: Default::default(),
         resources,
         resources_synced: Default::default(),
+        schedulers,
     };
     let aws = aws_config::SdkConfig::builder()
         .behavior_version(aws_config::BehaviorVersion::latest())

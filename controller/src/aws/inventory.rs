@@ -153,6 +153,34 @@ impl Inventory {
             .cloned()
     }
 
+    /// Applies tags this controller just wrote (`set`) or removed (`removed`) on member `id` to
+    /// the snapshot of `key`, so that the reconciles before the next listing do not write them
+    /// again. Nothing is published: the writer's own reconcile already knows.
+    pub fn amend_tags(
+        &self,
+        key: &InventoryKey,
+        id: &str,
+        set: &[(String, String)],
+        removed: &[String],
+    ) {
+        let mut snaps = self.snapshots.write().unwrap_or_else(|p| p.into_inner());
+        let Some(snap) = snaps.get_mut(key) else {
+            return;
+        };
+        if !snap.members.iter().any(|m| m.id == id) {
+            return;
+        }
+        let snap = Arc::make_mut(snap);
+        for m in snap.members.iter_mut().filter(|m| m.id == id) {
+            for (k, v) in set {
+                m.tags.insert(k.clone(), v.clone());
+            }
+            for k in removed {
+                m.tags.remove(k);
+            }
+        }
+    }
+
     /// Registers `key` and makes sure a snapshot of it exists, refreshing once if none does.
     /// Concurrent callers (many Resources of a new region at start-up) share that one refresh.
     pub async fn ensure(&self, key: &InventoryKey) -> AwsResult<()> {
@@ -600,6 +628,65 @@ mod tests {
         ) -> BoxFuture<'a, AwsResult<()>> {
             async { Ok(()) }.boxed()
         }
+    }
+
+    #[tokio::test]
+    async fn written_tags_show_in_the_snapshot_until_the_next_listing() {
+        let fake = Arc::new(Pages {
+            pages: vec![vec![m("i-1", "a"), m("i-2", "a")]],
+            fail_at: StdMutex::new(None),
+            calls: StdMutex::new(vec![]),
+        });
+        let inv = Inventory::new(
+            fake.clone(),
+            Arc::new(crate::aws::test_fakes::NoRds),
+            TagKeys::default(),
+            Metrics::new(),
+        );
+        let key = InventoryKey {
+            kind: ProviderType::Ec2,
+            region: "eu-central-1".into(),
+        };
+        inv.refresh(&key).await.unwrap();
+        let before = inv.snapshot(&key).unwrap();
+        let lock = [("resource-booking/locked-by".to_string(), "ann".to_string())];
+        inv.amend_tags(&key, "i-1", &lock, &[]);
+        let tags_of = |id: &str| {
+            let snap = inv.snapshot(&key).unwrap();
+            snap.members
+                .iter()
+                .find(|m| m.id == id)
+                .unwrap()
+                .tags
+                .clone()
+        };
+        assert_eq!(
+            tags_of("i-1")
+                .get("resource-booking/locked-by")
+                .map(String::as_str),
+            Some("ann")
+        );
+        assert!(!tags_of("i-2").contains_key("resource-booking/locked-by"));
+        // A reader's snapshot taken before stays as it was.
+        assert!(
+            !before.members[0]
+                .tags
+                .contains_key("resource-booking/locked-by")
+        );
+        inv.amend_tags(
+            &key,
+            "i-1",
+            &[],
+            &["resource-booking/locked-by".to_string()],
+        );
+        assert!(!tags_of("i-1").contains_key("resource-booking/locked-by"));
+        // An unknown member or inventory changes nothing.
+        inv.amend_tags(&key, "i-9", &lock, &[]);
+        assert_eq!(inv.snapshot(&key).unwrap().members.len(), 2);
+        // The next listing is what AWS says.
+        inv.amend_tags(&key, "i-2", &lock, &[]);
+        inv.refresh(&key).await.unwrap();
+        assert!(!tags_of("i-2").contains_key("resource-booking/locked-by"));
     }
 
     #[tokio::test]

@@ -258,6 +258,9 @@ async fn claim(
     status
         .notifications_sent
         .extend(due.now.iter().map(|d| d.key.clone()));
+    // Written with the claim, as if every send succeeds: after a successful send, recording it
+    // writes nothing more. A failed send that gives its claim back corrects it then.
+    status.notification_sent = all_sent(&current.spec.notifications, status);
     let version = current.metadata.resource_version.clone();
     write_status(
         ctx,
@@ -439,6 +442,17 @@ async fn resolved<'a>(
     }))
 }
 
+/// Whether every wanted notification of `notifications` is recorded in `status` (`failed` is
+/// sent only when something fails: it does not count).
+fn all_sent(notifications: &[Notification], status: &BookingStatus) -> bool {
+    notifications.iter().enumerate().all(|(i, n)| {
+        n.wanted_events()
+            .into_iter()
+            .filter(|e| *e != NotificationEvent::Failed)
+            .all(|e| status.notifications_sent.contains(&event_key(i, n, e)))
+    })
+}
+
 /// Writes what the sends changed: the recorded keys, `notification_sent` and this reconciler's
 /// own condition (every other condition stays as the booking reconciler wrote it).
 async fn record(
@@ -454,13 +468,7 @@ async fn record(
     } else {
         CondSpec::new(CONDITION, true, "SendFailed", &errors.join("; "))
     };
-    // `failed` is sent only when something fails: it does not count.
-    status.notification_sent = b.spec.notifications.iter().enumerate().all(|(i, n)| {
-        n.wanted_events()
-            .into_iter()
-            .filter(|e| *e != NotificationEvent::Failed)
-            .all(|e| status.notifications_sent.contains(&event_key(i, n, e)))
-    });
+    status.notification_sent = all_sent(&b.spec.notifications, &status);
     let changed = match status.conditions.iter().find(|c| c.type_ == CONDITION) {
         None => !errors.is_empty(),
         Some(c) => (c.status == "True") == errors.is_empty() || c.message != condition.message,

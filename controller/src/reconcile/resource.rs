@@ -69,7 +69,7 @@ pub async fn reconcile(res: Arc<Resource>, ctx: Arc<Context>) -> Result<Action> 
     let verdicts = arbitrate(&views, now);
     let booking_holder = holder(&views, &verdicts);
     if booking_holder.is_none()
-        && let Some(wait) = scheduler_handover(&ctx.client, &ns, &name, &views, now).await
+        && let Some(wait) = scheduler_handover(&ctx.caches.schedulers, &ns, &name, &views, now)
     {
         return Ok(Action::requeue(wait));
     }

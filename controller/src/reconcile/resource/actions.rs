@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 use crate::aws::executor::{Outcomes, Target};
 use crate::context::Context;
 use crate::dry_run::{DryRun, WouldAction, tag_list};
-use crate::model::Member;
+use crate::model::{InventoryKey, Member};
 use crate::plan::{Attempt, Op, Plan};
 
 pub(super) fn forget_settled(ctx: &Context, p: &Plan) {
@@ -109,6 +109,23 @@ pub(super) async fn act(
     for (id, keys) in &p.unlock {
         let outcome = exec.untag(provider, region, &target(id), keys).await;
         unlocked.push((id.clone(), outcome));
+    }
+    // The inventory shows the tags as written until its next listing: the reconciles before
+    // it (woken by this one's status) do not write them again.
+    let inventory = &ctx.groups.inventory;
+    let key = InventoryKey {
+        kind: provider,
+        region: region.to_owned(),
+    };
+    for (id, _) in locked.iter().flatten().filter(|(_, r)| r.is_ok()) {
+        inventory.amend_tags(&key, id, &p.lock.tags, &[]);
+    }
+    for (id, keys) in p.unlock.iter().filter(|(id, _)| {
+        unlocked
+            .iter()
+            .any(|(done, r): &(String, _)| done == id && r.is_ok())
+    }) {
+        inventory.amend_tags(&key, id, &[], keys);
     }
     Done {
         locked,

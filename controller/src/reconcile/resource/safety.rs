@@ -1,9 +1,14 @@
 //! What makes a planned stop of a Resource's group wait: a Booking watch that may have missed
 //! a booking, and a scheduler about to create the next booking of a handover.
 
-use booking_shared::arbitration::{BookingView, holder_at};
+use booking_shared::{
+    api::BookingScheduler,
+    arbitration::{BookingView, holder_at},
+    schedule::CronSchedule,
+};
 use chrono::{DateTime, Utc};
-use kube::api::Api;
+use futures::FutureExt as _;
+use kube::{api::Api, runtime::reflector::Store};
 
 use crate::context::Context;
 
@@ -40,28 +45,29 @@ const HANDOVER_GRACE: chrono::Duration = chrono::Duration::seconds(30);
 /// Schedulers create their bookings at the fire time, never before; when one booking of a
 /// scheduler ends exactly as the next fires, the next booking appears some milliseconds after the
 /// boundary. Instead of stopping the group and starting it again at once, wait (briefly) for it.
-/// Returns the delay before looking again, or `None` to proceed.
-pub(super) async fn scheduler_handover(
-    client: &kube::Client,
+/// The schedulers are read from the scheduler controller's cache (no API request). Returns the
+/// delay before looking again, or `None` to proceed.
+pub(super) fn scheduler_handover(
+    schedulers: &Store<BookingScheduler>,
     ns: &str,
     resource: &str,
     views: &[BookingView],
     now: DateTime<Utc>,
 ) -> Option<std::time::Duration> {
-    use booking_shared::{api::BookingScheduler, schedule::CronSchedule};
     let just_ended = views
         .iter()
         .filter_map(|v| v.slot.as_ref().ok())
         .map(|s| s.end)
         .filter(|end| *end <= now && now - *end < HANDOVER_GRACE)
         .max()?;
-    let schedulers: Api<BookingScheduler> = Api::namespaced(client.clone(), ns);
-    let Ok(list) = schedulers.list(&Default::default()).await else {
-        // Whether a scheduler fires now cannot be told: wait rather than stop.
+    if schedulers.wait_until_ready().now_or_never().is_none() {
+        // Before the first full list, whether a scheduler fires now cannot be told: wait
+        // rather than stop.
         return Some(std::time::Duration::from_millis(500));
-    };
-    let fires_then = list.items.iter().any(|s| {
-        s.spec.booking_template.resource_name == resource
+    }
+    let fires_then = schedulers.state().iter().any(|s| {
+        s.metadata.namespace.as_deref() == Some(ns)
+            && s.spec.booking_template.resource_name == resource
             && CronSchedule::parse_in(&s.spec.schedule, s.spec.time_zone.as_deref())
                 .ok()
                 .and_then(|c| c.next_after(just_ended - chrono::Duration::milliseconds(1)))

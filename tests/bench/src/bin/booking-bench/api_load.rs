@@ -220,6 +220,28 @@ async fn phase(client: &kube::Client, name: &str) -> anyhow::Result<Option<Strin
     Ok(b.data["status"]["status"].as_str().map(str::to_owned))
 }
 
+/// Logs the Events of the bench namespace (what the lifecycle's Event writes were), with
+/// their counts.
+async fn log_events(client: &kube::Client) -> anyhow::Result<()> {
+    let events: kube::Api<k8s_openapi::api::events::v1::Event> =
+        kube::Api::namespaced(client.clone(), fixtures::NAMESPACE);
+    for e in events.list(&Default::default()).await?.items {
+        let regarding = e.regarding.as_ref();
+        eprintln!(
+            "api-load: event {} of {} {}: {} {} (series count {:?}, deprecated count {:?}): {}",
+            e.metadata.name.as_deref().unwrap_or("-"),
+            regarding.and_then(|r| r.kind.as_deref()).unwrap_or("-"),
+            regarding.and_then(|r| r.name.as_deref()).unwrap_or("-"),
+            e.reason.as_deref().unwrap_or("-"),
+            e.action.as_deref().unwrap_or("-"),
+            e.series.as_ref().map(|s| s.count),
+            e.deprecated_count,
+            e.note.as_deref().unwrap_or("-"),
+        );
+    }
+    Ok(())
+}
+
 pub async fn run(args: &Args, dir: &TestDir, results: &mut Results) -> anyhow::Result<()> {
     // No load generator here: every process may use both cores.
     if !args.client_cpus.is_empty() {
@@ -227,13 +249,10 @@ pub async fn run(args: &Args, dir: &TestDir, results: &mut Results) -> anyhow::R
     }
     let stored = if args.smoke { 20 } else { 10_000 };
     let idle_window = Duration::from_secs(if args.smoke { 5 } else { 60 });
-    // The booking's slot and its reminder's lead: under --smoke a few seconds and the reminder
-    // at the end (lead 0); else 150 s with the reminder one minute before the end.
-    let (slot, lead) = if args.smoke {
-        (Duration::from_secs(6), 0)
-    } else {
-        (Duration::from_secs(150), 1)
-    };
+    // The booking's slot, with its reminder one minute (the smallest lead) before the end:
+    // under --smoke the reminder falls due 4 s after the start.
+    let slot = Duration::from_secs(if args.smoke { 64 } else { 150 });
+    let lead = 1;
 
     let (cluster, log, kubeconfig) = start_cluster(args, dir, "api-load").await?;
     let client = cluster.client.clone();
@@ -313,6 +332,7 @@ pub async fn run(args: &Args, dir: &TestDir, results: &mut Results) -> anyhow::R
             r.code
         );
     }
+    log_events(&client).await?;
     record(
         results,
         "controller_api_requests_per_booking_lifecycle",
