@@ -151,6 +151,8 @@ pub struct Context {
     pub notification_backoff: Backoff,
     /// The dry run's memory, in dry-run mode; `None` otherwise.
     pub dry_run: Option<DryRun>,
+    /// The statuses just written, until the cache shows them (the one status writer's).
+    pub status_memo: crate::reconcile::StatusMemo,
 }
 
 impl Context {
@@ -200,6 +202,7 @@ impl Context {
             },
             api_writes,
             retries: Mutex::default(),
+            status_memo: Default::default(),
             retry_backoff: Backoff::new(Duration::from_secs(1), Duration::from_secs(300)),
             caches,
             groups: Groups {

@@ -119,14 +119,18 @@ pub trait HasStatus:
 {
     /// The status type.
     type Status: Serialize + Default + PartialEq;
+    /// Whether one reconciler alone writes this kind's status: then [`write_status`] remembers
+    /// what it wrote until the cache shows it (see [`StatusMemo`]).
+    const ONE_WRITER: bool;
     /// The object's status, if any.
     fn status(&self) -> Option<&Self::Status>;
 }
 
 macro_rules! has_status {
-    ($($kind:ty => $status:ty),* $(,)?) => {$(
+    ($($kind:ty => $status:ty, $one:expr),* $(,)?) => {$(
         impl HasStatus for $kind {
             type Status = $status;
+            const ONE_WRITER: bool = $one;
             fn status(&self) -> Option<&$status> {
                 self.status.as_ref()
             }
@@ -135,11 +139,124 @@ macro_rules! has_status {
 }
 
 has_status!(
-    Resource => booking_shared::api::ResourceStatus,
-    Booking => booking_shared::api::BookingStatus,
-    ResourceMonitor => booking_shared::api::ResourceMonitorStatus,
-    BookingScheduler => booking_shared::api::BookingSchedulerStatus,
+    Resource => booking_shared::api::ResourceStatus, true,
+    // The booking reconciler (phase, conditions) and the notification reconciler (what was sent).
+    Booking => booking_shared::api::BookingStatus, false,
+    ResourceMonitor => booking_shared::api::ResourceMonitorStatus, true,
+    BookingScheduler => booking_shared::api::BookingSchedulerStatus, true,
 );
+
+/// The statuses just written, until the cache shows them. A reconcile that runs again before the
+/// watch has delivered its own last write (woken by that write's neighbours: a booking's phase,
+/// an inventory tick) reads the object as it was before that write; diffed against that, its
+/// status would be sent again. With the memo it is diffed against what was written instead.
+///
+/// An entry holds the resourceVersion the write was diffed against: it applies only while the
+/// cached object still has exactly that version (equality only: resourceVersions are opaque).
+/// Once the cache has moved on (to this write, or to anyone else's), the cache is the truth
+/// again. Entries expire after [`StatusMemo::TTL`], so the memo holds only the last seconds'
+/// writes.
+#[derive(Default)]
+pub struct StatusMemo {
+    entries: std::sync::Mutex<MemoEntries>,
+}
+
+#[derive(Default)]
+struct MemoEntries {
+    by_object: std::collections::HashMap<String, Memo>,
+    /// Write instants in order, for expiry.
+    order: std::collections::VecDeque<(Instant, String)>,
+}
+
+struct Memo {
+    uid: String,
+    diffed_against: String,
+    written: Value,
+    at: Instant,
+}
+
+impl StatusMemo {
+    /// How long an entry may wait for the watch.
+    pub const TTL: std::time::Duration = std::time::Duration::from_secs(30);
+
+    fn key<K: HasStatus>(obj: &K) -> Option<String> {
+        let meta = obj.meta();
+        Some(format!(
+            "{}/{}/{}",
+            K::kind(&()),
+            meta.namespace.as_deref()?,
+            meta.name.as_deref()?
+        ))
+    }
+
+    /// What was last written to `obj`'s status, while the cached `obj` is the version that
+    /// write was diffed against.
+    fn written<K: HasStatus>(&self, obj: &K) -> Option<Value> {
+        let key = Self::key(obj)?;
+        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        let memo = entries.by_object.get(&key)?;
+        let meta = obj.meta();
+        if memo.at.elapsed() < Self::TTL
+            && meta.uid.as_deref() == Some(memo.uid.as_str())
+            && meta.resource_version.as_deref() == Some(memo.diffed_against.as_str())
+        {
+            return Some(memo.written.clone());
+        }
+        entries.by_object.remove(&key);
+        None
+    }
+
+    fn remember<K: HasStatus>(&self, obj: &K, written: Value) {
+        let meta = obj.meta();
+        let (Some(key), Some(uid), Some(version)) = (
+            Self::key(obj),
+            meta.uid.clone(),
+            meta.resource_version.clone(),
+        ) else {
+            return;
+        };
+        let now = Instant::now();
+        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        while let Some((at, _)) = entries.order.front()
+            && now.duration_since(*at) >= Self::TTL
+        {
+            let Some((_, old)) = entries.order.pop_front() else {
+                break;
+            };
+            if entries
+                .by_object
+                .get(&old)
+                .is_some_and(|m| now.duration_since(m.at) >= Self::TTL)
+            {
+                entries.by_object.remove(&old);
+            }
+        }
+        entries.order.push_back((now, key.clone()));
+        entries.by_object.insert(
+            key,
+            Memo {
+                uid,
+                diffed_against: version,
+                written,
+                at: now,
+            },
+        );
+    }
+
+    /// Entries held (for tests).
+    pub fn len(&self) -> usize {
+        self.entries
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .by_object
+            .len()
+    }
+
+    /// Whether no entry is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
 
 /// The one status writer: brings `obj`'s status from what the object holds to `new`, with a
 /// JSON merge patch of the status subresource (never the spec) computed from the two typed
@@ -152,11 +269,23 @@ pub async fn write_status<K: HasStatus>(
     new: &K::Status,
     guard: Option<&str>,
 ) -> Result<bool> {
-    let Some(patch) = status_patch(obj, new, guard)? else {
+    // A guarded write follows a fresh read: the memo is not needed.
+    let memo = (K::ONE_WRITER && guard.is_none())
+        .then(|| ctx.status_memo.written(obj))
+        .flatten();
+    let new_value = serde_json::to_value(new)?;
+    let old_value = match memo {
+        Some(written) => written,
+        None => status_value(obj)?,
+    };
+    let Some(patch) = patch_between(&old_value, &new_value, guard) else {
         return Ok(false);
     };
     let _turn = ctx.api_write_permit().await;
     send_status_patch(&ctx.client, obj, &patch).await?;
+    if K::ONE_WRITER {
+        ctx.status_memo.remember(obj, new_value);
+    }
     Ok(true)
 }
 
@@ -179,18 +308,32 @@ fn status_patch<K: HasStatus>(
     new: &K::Status,
     guard: Option<&str>,
 ) -> Result<Option<Value>> {
+    Ok(patch_between(
+        &status_value(obj)?,
+        &serde_json::to_value(new)?,
+        guard,
+    ))
+}
+
+/// `obj`'s status as JSON (the default status when it has none).
+fn status_value<K: HasStatus>(obj: &K) -> Result<Value> {
     let default = K::Status::default();
-    let old = obj.status().unwrap_or(&default);
+    Ok(serde_json::to_value(obj.status().unwrap_or(&default))?)
+}
+
+/// The status patch taking `old` to `new`, with `guard` as its resourceVersion; `None` when
+/// nothing changes.
+fn patch_between(old: &Value, new: &Value, guard: Option<&str>) -> Option<Value> {
     // Both sides serialize to JSON objects, so the patch is one: empty when nothing changed.
-    let changes = merge_patch(&serde_json::to_value(old)?, &serde_json::to_value(new)?);
+    let changes = merge_patch(old, new);
     if changes.as_object().is_some_and(|m| m.is_empty()) {
-        return Ok(None);
+        return None;
     }
     let mut patch = serde_json::json!({ "status": changes });
     if let Some(version) = guard {
         patch["metadata"] = serde_json::json!({ "resourceVersion": version });
     }
-    Ok(Some(patch))
+    Some(patch)
 }
 
 async fn send_status_patch<K: HasStatus>(
@@ -239,6 +382,35 @@ mod tests {
     use super::merge_patch;
     use booking_shared::api::{BookingPhase, BookingStatus, ResourceState, ResourceStatus};
     use serde_json::json;
+
+    fn resource(version: &str, uid: &str) -> booking_shared::api::Resource {
+        serde_json::from_value(json!({
+            "apiVersion": "manager.kotaico.de/v1",
+            "kind": "Resource",
+            "metadata": {"name": "ec2.a", "namespace": "ns", "uid": uid, "resourceVersion": version},
+            "spec": {"type": "ec2", "tag": "a"},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn the_memo_holds_a_write_while_the_cache_shows_the_version_it_was_diffed_against() {
+        let memo = super::StatusMemo::default();
+        let written = json!({"status": "RUNNING"});
+        memo.remember(&resource("5", "u1"), written.clone());
+        assert_eq!(memo.len(), 1);
+        // The cache has not caught up: the reconcile diffs against what was written.
+        assert_eq!(memo.written(&resource("5", "u1")), Some(written.clone()));
+        // Another object of the same name (deleted and created again) is not this one.
+        assert_eq!(memo.written(&resource("5", "u2")), None);
+        // The entry was dropped with that.
+        assert_eq!(memo.written(&resource("5", "u1")), None);
+        memo.remember(&resource("5", "u1"), written.clone());
+        // The cache moved on (to this write or anyone else's): it is the truth again.
+        assert_eq!(memo.written(&resource("6", "u1")), None);
+        assert!(memo.is_empty());
+        assert_eq!(memo.written(&resource("5", "u1")), None);
+    }
 
     fn patch<S: serde::Serialize>(old: &S, new: &S) -> serde_json::Value {
         merge_patch(

@@ -118,7 +118,7 @@ pub async fn reconcile(res: Arc<Resource>, ctx: Arc<Context>) -> Result<Action> 
     forget_settled(&ctx, &p);
     let done = act(&ctx, (&res, provider, &region), members, acting).await;
     report(&ctx, &res, provider, acting, &done).await;
-    let mut final_plan = replanned(&ctx, &done, input, p);
+    let mut final_plan = replanned(&ctx, &done, input, p, (&key, &res.spec.tag));
     if let Some(dry) = &dry_plan {
         dry_run_outcome(provider, &mut final_plan, dry);
     }
@@ -135,14 +135,30 @@ pub async fn reconcile(res: Arc<Resource>, ctx: Arc<Context>) -> Result<Action> 
 /// The plan `p` made again with the attempts just made, when any AWS call was made: the status
 /// then reports this reconcile's failures, and no action is repeated (the attempts are newer
 /// than the observation).
-fn replanned(ctx: &Context, done: &actions::Done, input: PlanInput<'_>, p: Plan) -> Plan {
+///
+/// The members are read again from the inventory, which shows the lock tags just written or
+/// removed: the status names the lock at once, not one reconcile later.
+fn replanned(
+    ctx: &Context,
+    done: &actions::Done,
+    input: PlanInput<'_>,
+    p: Plan,
+    (key, tag): (&InventoryKey, &str),
+) -> Plan {
     if !done.acted() {
         return p;
     }
     ctx.groups.inventory.request_refresh();
-    let attempts = group_attempts(ctx, input.members);
+    let amended = ctx
+        .groups
+        .inventory
+        .snapshot(key)
+        .map(|s| s.group(&ctx.groups.keys, tag));
+    let members = amended.as_deref().or(input.members);
+    let attempts = group_attempts(ctx, members);
     plan(&PlanInput {
         attempts: &attempts,
+        members,
         ..input
     })
 }
