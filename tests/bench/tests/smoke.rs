@@ -5,7 +5,8 @@
 //! API server, the webhook's index is fed by its watch, the load client completes requests,
 //! the real API server calls the webhook through the shipped configurations, the load's review
 //! is captured from the real API server, the large index is fed, the results file is written);
-//! it asserts no performance figure.
+//! it asserts no performance figure. A second run does the same for the controller's API load
+//! and start-up sections.
 
 use std::path::{Path, PathBuf};
 
@@ -63,6 +64,63 @@ fn smoke_run_writes_the_webhook_figures() {
     ] {
         assert!(
             results[key].as_f64().is_some_and(f64::is_finite),
+            "{key} missing in {results}"
+        );
+    }
+}
+
+/// `--smoke --sections api-load,startup` against the debug controller: the audit log of a
+/// private control plane counts the requests of the controller, running as the shipped
+/// ServiceAccount, over one short booking's life (its reminder mail reaching the real SMTP
+/// server) and an idle window; the start-up round sees the StartInstances of a booking begun
+/// while no controller ran. It asserts no figure, only that each is there (an idle count may be
+/// zero; a life is never without requests).
+#[test]
+fn smoke_run_writes_the_api_load_and_startup_figures() {
+    let echo = PathBuf::from(env!("CARGO_BIN_EXE_booking-bench-echo"));
+    let bin_dir = echo.parent().expect("the binaries' folder").to_owned();
+    let controller = bin_dir.join("booking-controller");
+    assert!(
+        controller.is_file(),
+        "{} is missing: build it first (cargo build -p booking-controller)",
+        controller.display()
+    );
+    let out_dir = tempfile::tempdir().expect("a temporary folder");
+    let out = out_dir.path().join("results.json");
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_booking-bench"))
+        .arg("--smoke")
+        .args(["--sections", "api-load,startup"])
+        .arg("--bin-dir")
+        .arg(&bin_dir)
+        .arg("--out")
+        .arg(&out)
+        .status()
+        .expect("booking-bench runs");
+    assert!(status.success(), "booking-bench --smoke failed: {status}");
+    let results = read(&out);
+    for key in [
+        "controller_api_requests_per_booking_lifecycle",
+        "controller_api_requests_per_booking_lifecycle_booking_status_writes",
+        "controller_api_requests_per_booking_lifecycle_resource_status_writes",
+        "controller_api_requests_lifecycle_seconds",
+        "controller_startup_seconds_10k_bookings",
+        "controller_startup_readyz_seconds_10k_bookings",
+    ] {
+        let v = results[key].as_f64();
+        assert!(
+            v.is_some_and(|v| v.is_finite() && v > 0.0),
+            "{key} missing or not positive in {results}"
+        );
+    }
+    for key in [
+        "controller_api_requests_per_idle_minute_10k",
+        "controller_api_requests_per_idle_minute_10k_patch",
+        "controller_api_requests_per_booking_lifecycle_list",
+    ] {
+        assert!(
+            results[key]
+                .as_f64()
+                .is_some_and(|v| v.is_finite() && v >= 0.0),
             "{key} missing in {results}"
         );
     }
