@@ -15,6 +15,12 @@
 //! which the plan retries together, in one batch again, after its backoff. Stopping with
 //! hibernation falls back to a plain stop when AWS says the instance cannot hibernate. RDS has
 //! no batch calls: one call per DB instance.
+//!
+//! Lock tags differ per Resource (each names its own booking's user, end and owner), so they
+//! cannot share a call across Resources: at most [`MAX_TAG_CALLS_IN_FLIGHT`] tag calls are in
+//! flight at once, so that 1,000 Resources starting together send their 1,000 CreateTags one
+//! after another within AWS's request rate, instead of all at once beside their one
+//! StartInstances.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -28,6 +34,10 @@ use crate::model::ProviderType;
 
 /// Most IDs one StartInstances/StopInstances/CreateTags call takes.
 pub const MAX_IDS_PER_CALL: usize = 1000;
+
+/// Most tag calls (CreateTags, DeleteTags, AddTagsToResource, RemoveTagsFromResource) in flight
+/// at once.
+pub const MAX_TAG_CALLS_IN_FLIGHT: usize = 8;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum BatchOp {
@@ -59,6 +69,8 @@ pub struct Executor {
     ec2: Arc<dyn Ec2Api>,
     rds: Arc<dyn RdsApi>,
     batches: mpsc::UnboundedSender<BatchRequest>,
+    /// Turns of the tag calls ([`MAX_TAG_CALLS_IN_FLIGHT`]).
+    tag_calls: tokio::sync::Semaphore,
 }
 
 impl Executor {
@@ -70,6 +82,7 @@ impl Executor {
             ec2,
             rds,
             batches: tx,
+            tag_calls: tokio::sync::Semaphore::new(MAX_TAG_CALLS_IN_FLIGHT),
         }
     }
 
@@ -164,13 +177,17 @@ impl Executor {
                 let mut out = Vec::new();
                 for chunk in targets.chunks(MAX_IDS_PER_CALL) {
                     let ids: Vec<String> = chunk.iter().map(|t| t.id.clone()).collect();
-                    match self.ec2.create_tags(region, &ids, tags).await {
+                    let turn = self.tag_calls.acquire().await.ok();
+                    let first = self.ec2.create_tags(region, &ids, tags).await;
+                    drop(turn);
+                    match first {
                         Ok(()) => out.extend(ids.into_iter().map(|id| (id, Ok(())))),
                         Err(e) if ids.len() == 1 || !e.names_a_member() => {
                             out.extend(ids.into_iter().map(|id| (id, Err(e.clone()))));
                         }
                         Err(_) => {
                             for id in ids {
+                                let _turn = self.tag_calls.acquire().await.ok();
                                 let r = self
                                     .ec2
                                     .create_tags(region, std::slice::from_ref(&id), tags)
@@ -184,6 +201,7 @@ impl Executor {
             }
             ProviderType::Rds => {
                 futures::future::join_all(targets.iter().map(|t| async move {
+                    let _turn = self.tag_calls.acquire().await.ok();
                     let r = match &t.arn {
                         Some(arn) => self.rds.add_tags(region, arn, tags).await,
                         None => Err(AwsError::new(
@@ -206,6 +224,7 @@ impl Executor {
         target: &Target,
         keys: &[String],
     ) -> AwsResult<()> {
+        let _turn = self.tag_calls.acquire().await.ok();
         match kind {
             ProviderType::Ec2 => {
                 self.ec2

@@ -15,6 +15,11 @@ struct FakeEc2 {
     calls: Mutex<Vec<(String, Vec<String>, bool)>>,
     /// How long each StartInstances takes to be answered.
     start_delay: Duration,
+    /// How long each CreateTags takes to be answered.
+    tag_delay: Duration,
+    /// CreateTags calls in flight now, and the most ever.
+    tags_in_flight: std::sync::atomic::AtomicUsize,
+    most_tags_in_flight: std::sync::atomic::AtomicUsize,
 }
 
 impl FakeEc2 {
@@ -92,7 +97,18 @@ impl Ec2Api for FakeEc2 {
         ids: &'a [String],
         _: &'a [(String, String)],
     ) -> BoxFuture<'a, AwsResult<()>> {
-        async move { self.check("tag", ids, false) }.boxed()
+        use std::sync::atomic::Ordering::SeqCst;
+        async move {
+            let now = self.tags_in_flight.fetch_add(1, SeqCst) + 1;
+            self.most_tags_in_flight.fetch_max(now, SeqCst);
+            let r = self.check("tag", ids, false);
+            if !self.tag_delay.is_zero() {
+                tokio::time::sleep(self.tag_delay).await;
+            }
+            self.tags_in_flight.fetch_sub(1, SeqCst);
+            r
+        }
+        .boxed()
     }
     fn delete_tags<'a>(
         &'a self,
@@ -106,6 +122,39 @@ impl Ec2Api for FakeEc2 {
 
 fn ids(prefix: &str, n: usize) -> Vec<String> {
     (0..n).map(|i| format!("i-{prefix}{i:05}")).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tag_calls_of_many_resources_take_turns() {
+    let ec2 = Arc::new(FakeEc2 {
+        tag_delay: Duration::from_millis(5),
+        ..Default::default()
+    });
+    let exec = Arc::new(Executor::new(ec2.clone(), Arc::new(NoRds)));
+    // 100 Resources, each writing its own lock tags on its one instance, all at once.
+    let outs = futures::future::join_all((0..100).map(|g| {
+        let exec = exec.clone();
+        tokio::spawn(async move {
+            let target = Target {
+                id: format!("i-{g:05}"),
+                arn: None,
+            };
+            let tags = [("resource-booking/lock-owner".to_owned(), format!("ns/r{g}"))];
+            exec.tag(ProviderType::Ec2, "eu-west-1", &[target], &tags)
+                .await
+        })
+    }))
+    .await;
+    let outs: Vec<Outcomes> = outs.into_iter().map(Result::unwrap).collect();
+    assert!(outs.iter().flatten().all(|(_, r)| r.is_ok()));
+    assert_eq!(ec2.calls().len(), 100, "one CreateTags per Resource");
+    let most = ec2
+        .most_tags_in_flight
+        .load(std::sync::atomic::Ordering::SeqCst);
+    assert!(
+        most <= MAX_TAG_CALLS_IN_FLIGHT && most > 1,
+        "{most} tag calls were in flight at once"
+    );
 }
 
 #[tokio::test]

@@ -1246,18 +1246,24 @@ mod controller {
         .await;
         let (micros, missing) = latencies_ms(ids, &vec![at; n], &first);
         let starts_calls = proxy.count("StartInstances");
-        // Each call's arrival after `at` (ms) and its number of IDs.
-        let calls: Vec<(i64, usize)> = proxy
+        // Each call's arrival after `at` (ms), its number of IDs, how long its answer took (ms)
+        // and the answer's HTTP status.
+        let calls: Vec<(i64, usize, u128, u16)> = proxy
             .requests()
             .iter()
             .filter(|r| r.action.as_deref() == Some("StartInstances"))
             .map(|r| {
                 let arrived: DateTime<Utc> = r.at.into();
-                ((arrived - at).num_milliseconds(), r.resource_ids.len())
+                (
+                    (arrived - at).num_milliseconds(),
+                    r.resource_ids.len(),
+                    r.duration.as_millis(),
+                    r.status,
+                )
             })
             .collect();
         eprintln!(
-            "controller: {n} simultaneous: p50 {:?} p99 {:?} max {:?} ms, {missing} never started, {starts_calls} StartInstances calls (ms after start_at, IDs): {calls:?}",
+            "controller: {n} simultaneous: p50 {:?} p99 {:?} max {:?} ms, {missing} never started, {starts_calls} StartInstances calls (ms after start_at, IDs, ms to answer, status): {calls:?}",
             booking_bench::stats::quantile_ms(&micros, 0.5),
             booking_bench::stats::quantile_ms(&micros, 0.99),
             booking_bench::stats::quantile_ms(&micros, 1.0)
