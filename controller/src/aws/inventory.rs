@@ -515,14 +515,10 @@ mod tests {
         }
     }
 
-    #[tokio::test]
-    async fn every_page_is_read_and_a_failed_page_keeps_the_last_complete_listing() {
+    /// An EC2 inventory over `pages`, with the key of its region.
+    fn ec2_inventory(pages: Vec<Vec<Member>>) -> (Arc<Pages>, Inventory, InventoryKey) {
         let fake = Arc::new(Pages {
-            pages: vec![
-                vec![m("i-1", "a"), m("i-2", "b")],
-                vec![m("i-3", "c")],
-                vec![m("i-4", "a")],
-            ],
+            pages,
             fail_at: StdMutex::new(None),
             calls: StdMutex::new(vec![]),
         });
@@ -536,6 +532,16 @@ mod tests {
             kind: ProviderType::Ec2,
             region: "eu-central-1".into(),
         };
+        (fake, inv, key)
+    }
+
+    #[tokio::test]
+    async fn every_page_is_read_and_a_failed_page_keeps_the_last_complete_listing() {
+        let (fake, inv, key) = ec2_inventory(vec![
+            vec![m("i-1", "a"), m("i-2", "b")],
+            vec![m("i-3", "c")],
+            vec![m("i-4", "a")],
+        ]);
         inv.refresh(&key).await.unwrap();
         assert_eq!(fake.calls.lock().unwrap().len(), 3, "one call per page");
         let snap = inv.snapshot(&key).unwrap();
@@ -632,21 +638,7 @@ mod tests {
 
     #[tokio::test]
     async fn written_tags_show_in_the_snapshot_until_the_next_listing() {
-        let fake = Arc::new(Pages {
-            pages: vec![vec![m("i-1", "a"), m("i-2", "a")]],
-            fail_at: StdMutex::new(None),
-            calls: StdMutex::new(vec![]),
-        });
-        let inv = Inventory::new(
-            fake.clone(),
-            Arc::new(crate::aws::test_fakes::NoRds),
-            TagKeys::default(),
-            Metrics::new(),
-        );
-        let key = InventoryKey {
-            kind: ProviderType::Ec2,
-            region: "eu-central-1".into(),
-        };
+        let (_fake, inv, key) = ec2_inventory(vec![vec![m("i-1", "a"), m("i-2", "a")]]);
         inv.refresh(&key).await.unwrap();
         let before = inv.snapshot(&key).unwrap();
         let lock = [("resource-booking/locked-by".to_string(), "ann".to_string())];

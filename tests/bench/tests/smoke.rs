@@ -12,27 +12,7 @@ use std::path::{Path, PathBuf};
 
 #[test]
 fn smoke_run_writes_the_webhook_figures() {
-    let echo = PathBuf::from(env!("CARGO_BIN_EXE_booking-bench-echo"));
-    let bin_dir = echo.parent().expect("the binaries' folder").to_owned();
-    let webhook = bin_dir.join("booking-webhook");
-    assert!(
-        webhook.is_file(),
-        "{} is missing: build it first (cargo build -p booking-webhook)",
-        webhook.display()
-    );
-    let out_dir = tempfile::tempdir().expect("a temporary folder");
-    let out = out_dir.path().join("results.json");
-    let status = std::process::Command::new(env!("CARGO_BIN_EXE_booking-bench"))
-        .arg("--smoke")
-        .args(["--sections", "webhook"])
-        .arg("--bin-dir")
-        .arg(&bin_dir)
-        .arg("--out")
-        .arg(&out)
-        .status()
-        .expect("booking-bench runs");
-    assert!(status.success(), "booking-bench --smoke failed: {status}");
-    let results = read(&out);
+    let results = smoke_run("booking-webhook", "webhook");
     for key in [
         "webhook_rps_peak",
         "tls_echo_rps_peak",
@@ -77,27 +57,7 @@ fn smoke_run_writes_the_webhook_figures() {
 /// zero; a life is never without requests).
 #[test]
 fn smoke_run_writes_the_api_load_and_startup_figures() {
-    let echo = PathBuf::from(env!("CARGO_BIN_EXE_booking-bench-echo"));
-    let bin_dir = echo.parent().expect("the binaries' folder").to_owned();
-    let controller = bin_dir.join("booking-controller");
-    assert!(
-        controller.is_file(),
-        "{} is missing: build it first (cargo build -p booking-controller)",
-        controller.display()
-    );
-    let out_dir = tempfile::tempdir().expect("a temporary folder");
-    let out = out_dir.path().join("results.json");
-    let status = std::process::Command::new(env!("CARGO_BIN_EXE_booking-bench"))
-        .arg("--smoke")
-        .args(["--sections", "api-load,startup"])
-        .arg("--bin-dir")
-        .arg(&bin_dir)
-        .arg("--out")
-        .arg(&out)
-        .status()
-        .expect("booking-bench runs");
-    assert!(status.success(), "booking-bench --smoke failed: {status}");
-    let results = read(&out);
+    let results = smoke_run("booking-controller", "api-load,startup");
     for key in [
         "controller_api_requests_per_booking_lifecycle",
         "controller_api_requests_per_booking_lifecycle_booking_status_writes",
@@ -124,6 +84,32 @@ fn smoke_run_writes_the_api_load_and_startup_figures() {
             "{key} missing in {results}"
         );
     }
+}
+
+/// `booking-bench --smoke --sections <sections>` against the debug binaries (`binary` among
+/// them); its results.
+fn smoke_run(binary: &str, sections: &str) -> serde_json::Value {
+    let echo = PathBuf::from(env!("CARGO_BIN_EXE_booking-bench-echo"));
+    let bin_dir = echo.parent().expect("the binaries' folder").to_owned();
+    let under_test = bin_dir.join(binary);
+    assert!(
+        under_test.is_file(),
+        "{} is missing: build it first (cargo build -p {binary})",
+        under_test.display()
+    );
+    let out_dir = tempfile::tempdir().expect("a temporary folder");
+    let out = out_dir.path().join("results.json");
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_booking-bench"))
+        .arg("--smoke")
+        .args(["--sections", sections])
+        .arg("--bin-dir")
+        .arg(&bin_dir)
+        .arg("--out")
+        .arg(&out)
+        .status()
+        .expect("booking-bench runs");
+    assert!(status.success(), "booking-bench --smoke failed: {status}");
+    read(&out)
 }
 
 fn read(path: &Path) -> serde_json::Value {

@@ -225,16 +225,29 @@ fn kept_dirs() -> &'static std::sync::Mutex<Vec<TestDir>> {
 /// a process may use when it starts and children inherit this process's affinity, so this
 /// process may use every CPU meanwhile; it is pinned back to the client's CPUs after.
 async fn start_clusters(args: &Args, labels: &[&str]) -> anyhow::Result<Vec<Cluster>> {
+    start_clusters_with(args, labels.iter().map(|l| (*l, Vec::new())).collect()).await
+}
+
+/// [`start_clusters`] with extra kube-apiserver flags per control plane.
+async fn start_clusters_with(
+    args: &Args,
+    planes: Vec<(&str, Vec<String>)>,
+) -> anyhow::Result<Vec<Cluster>> {
     let all = sys::all_cpus();
     if !args.client_cpus.is_empty() {
         sys::pin(std::process::id(), &all)?;
     }
-    let started = futures::future::join_all(labels.iter().map(|l| Cluster::start(l))).await;
+    let started = futures::future::join_all(
+        planes
+            .iter()
+            .map(|(l, flags)| Cluster::start_with(l, flags.clone())),
+    )
+    .await;
     if !args.client_cpus.is_empty() {
         sys::pin(std::process::id(), &args.client_cpus)?;
     }
     let mut out = Vec::new();
-    for (label, r) in labels.iter().zip(started) {
+    for ((label, _), r) in planes.iter().zip(started) {
         let (c, took) = r?;
         kept_dirs()
             .lock()

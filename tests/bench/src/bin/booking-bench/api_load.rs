@@ -44,19 +44,16 @@ pub(super) async fn start_cluster(
     label: &str,
 ) -> anyhow::Result<(Cluster, PathBuf, PathBuf)> {
     let (flags, log) = audit::apiserver_args(&dir.subdir(format!("{label}-audit"))?)?;
-    let all = sys::all_cpus();
+    let cluster = start_clusters_with(args, vec![(label, flags)])
+        .await?
+        .pop()
+        .context("a control plane")?;
+    // No load generator in these sections: every process may use both cores.
     if !args.client_cpus.is_empty() {
-        sys::pin(std::process::id(), &all)?;
+        sys::pin(std::process::id(), &sys::all_cpus())?;
     }
-    let (cluster, took) = Cluster::start_with(label, flags).await?;
-    kept_dirs()
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .push(cluster.dir.clone());
     eprintln!(
-        "control plane {label}: etcd and kube-apiserver ready in {:.1}s ({}), auditing {}",
-        took.as_secs_f64(),
-        cluster.plane.url(),
+        "control plane {label}: auditing {}",
         audit::controller_user()
     );
     let kubeconfig = dir.join(format!("{label}-controller.kubeconfig"));
@@ -142,6 +139,62 @@ pub(super) async fn store_groups(
     )
     .await?;
     Ok(())
+}
+
+/// Creates `count` never-due bookings ([`future_bookings`]) and records their creation's cost
+/// under `key`.
+pub(super) async fn store_future_bookings(
+    args: &Args,
+    client: &kube::Client,
+    results: &mut Results,
+    key: &str,
+    count: usize,
+) -> anyhow::Result<()> {
+    let created = create_all(args, client, "bookings", "Booking", future_bookings(count)).await?;
+    record_creation(results, key, &created);
+    Ok(())
+}
+
+/// What both sections start from: a private control plane auditing the controller (its log and
+/// the controller's kubeconfig), moto behind a recording proxy, the stored groups, and one more
+/// Resource `ec2.<group>` with one stopped instance (its ID).
+pub(super) struct World {
+    pub cluster: Cluster,
+    pub log: PathBuf,
+    pub kubeconfig: PathBuf,
+    pub moto: MotoServer,
+    pub proxy: FaultProxy,
+    pub instance: String,
+}
+
+/// Starts the [`World`] of section `label`, with the extra group `group`.
+pub(super) async fn world(
+    args: &Args,
+    dir: &TestDir,
+    label: &str,
+    group: &str,
+) -> anyhow::Result<World> {
+    let (cluster, log, kubeconfig) = start_cluster(args, dir, label).await?;
+    let moto = MotoServer::start(dir).await?;
+    let proxy = FaultProxy::start(&moto.endpoint_url()).await?;
+    let instance = stopped_instance(&moto.ec2(), group).await?;
+    store_groups(args, &cluster.client, &moto).await?;
+    create_all(
+        args,
+        &cluster.client,
+        "resources",
+        "Resource",
+        vec![resource(&format!("ec2.{group}"), group)],
+    )
+    .await?;
+    Ok(World {
+        cluster,
+        log,
+        kubeconfig,
+        moto,
+        proxy,
+        instance,
+    })
 }
 
 /// `count` bookings of the layout over the stored groups, 30 days ahead (never due).
@@ -254,22 +307,17 @@ pub async fn run(args: &Args, dir: &TestDir, results: &mut Results) -> anyhow::R
     let slot = Duration::from_secs(if args.smoke { 64 } else { 150 });
     let lead = 1;
 
-    let (cluster, log, kubeconfig) = start_cluster(args, dir, "api-load").await?;
+    let World {
+        cluster,
+        log,
+        kubeconfig,
+        moto,
+        proxy,
+        instance: life,
+    } = world(args, dir, "api-load", "life").await?;
     let client = cluster.client.clone();
-    let moto = MotoServer::start(dir).await?;
-    let proxy = FaultProxy::start(&moto.endpoint_url()).await?;
     let smtp = SmtpServer::start(dir, SmtpOptions::default()).await?;
     let ec2 = moto.ec2();
-    let life = stopped_instance(&ec2, "life").await?;
-    store_groups(args, &client, &moto).await?;
-    create_all(
-        args,
-        &client,
-        "resources",
-        "Resource",
-        vec![resource("ec2.life", "life")],
-    )
-    .await?;
 
     let admin = free_port()?;
     let smtp_env = [
@@ -373,15 +421,7 @@ pub async fn run(args: &Args, dir: &TestDir, results: &mut Results) -> anyhow::R
     );
 
     // (b) Idle, with 10,000 bookings stored.
-    let created = create_all(
-        args,
-        &client,
-        "bookings",
-        "Booking",
-        future_bookings(stored),
-    )
-    .await?;
-    record_creation(results, "api_load_bookings", &created);
+    store_future_bookings(args, &client, results, "api_load_bookings", stored).await?;
     let settled = sys::wait_idle(
         pid,
         0.05,

@@ -6,13 +6,10 @@
 
 use std::time::{Duration, Instant, SystemTime};
 
-use booking_harness::{moto::MotoServer, proxy::FaultProxy};
+use booking_harness::proxy::FaultProxy;
 use chrono::Utc;
 
-use super::api_load::{
-    controller_process, future_bookings, instance_state, resource, start_cluster, stopped_instance,
-    store_groups,
-};
+use super::api_load::{World, controller_process, instance_state, store_future_bookings, world};
 use super::*;
 
 /// When the controller first answered `/readyz` with 200 and first asked AWS to start
@@ -69,30 +66,17 @@ pub async fn run(args: &Args, dir: &TestDir, results: &mut Results) -> anyhow::R
         sys::pin(std::process::id(), &sys::all_cpus())?;
     }
     let stored = if args.smoke { 20 } else { 10_000 };
-    let (cluster, _log, kubeconfig) = start_cluster(args, dir, "startup").await?;
+    let World {
+        cluster,
+        kubeconfig,
+        moto,
+        proxy,
+        instance: late,
+        ..
+    } = world(args, dir, "startup", "late").await?;
     let client = cluster.client.clone();
-    let moto = MotoServer::start(dir).await?;
-    let proxy = FaultProxy::start(&moto.endpoint_url()).await?;
     let ec2 = moto.ec2();
-    let late = stopped_instance(&ec2, "late").await?;
-    store_groups(args, &client, &moto).await?;
-    create_all(
-        args,
-        &client,
-        "resources",
-        "Resource",
-        vec![resource("ec2.late", "late")],
-    )
-    .await?;
-    let created = create_all(
-        args,
-        &client,
-        "bookings",
-        "Booking",
-        future_bookings(stored),
-    )
-    .await?;
-    record_creation(results, "startup_bookings", &created);
+    store_future_bookings(args, &client, results, "startup_bookings", stored).await?;
     // The late booking: its slot begins now, with no controller running, and lasts an hour.
     let now = Utc::now();
     create_all(
