@@ -8,7 +8,8 @@
 //! at the same instant send theirs one right after another) goes out as soon as it ends (no new
 //! request for a millisecond); requests arriving while a call is in flight wait for its answer
 //! and then go out together ("group commit"), so that one (region, operation) has one call per
-//! 1,000 IDs in flight at a time. A batch refused because of
+//! 1,000 IDs in flight at a time. One caller's members reach the batcher in one message, so a
+//! Resource's group is never split between calls by the timing of its own request. A batch refused because of
 //! one of its members (an unknown ID, a member in the wrong state) is retried member by member,
 //! so one failing member never blocks the others; a batch that failed as a whole (throttling, a
 //! server or transport error, a timeout — after the SDK's own retries) fails for every member,
@@ -45,9 +46,16 @@ enum BatchOp {
     Stop { hibernate: bool },
 }
 
+/// One caller's request: all its members in one message, so that the batcher never sees part of
+/// it (a caller's members always go out in the same call, up to 1,000 IDs).
 struct BatchRequest {
     region: String,
     op: BatchOp,
+    members: Vec<Member>,
+}
+
+/// A member of a request and where its outcome goes.
+struct Member {
     id: String,
     reply: oneshot::Sender<AwsResult<()>>,
 }
@@ -87,19 +95,26 @@ impl Executor {
     }
 
     async fn batched(&self, region: &str, op: BatchOp, ids: &[String]) -> Outcomes {
+        let mut members = Vec::with_capacity(ids.len());
         let waits: Vec<(String, oneshot::Receiver<AwsResult<()>>)> = ids
             .iter()
             .map(|id| {
                 let (reply, rx) = oneshot::channel();
-                let _ = self.batches.send(BatchRequest {
-                    region: region.to_owned(),
-                    op,
+                members.push(Member {
                     id: id.clone(),
                     reply,
                 });
                 (id.clone(), rx)
             })
             .collect();
+        if members.is_empty() {
+            return Vec::new();
+        }
+        let _ = self.batches.send(BatchRequest {
+            region: region.to_owned(),
+            op,
+            members,
+        });
         let mut out = Vec::with_capacity(waits.len());
         for (id, rx) in waits {
             let r = rx.await.unwrap_or_else(|_| {
@@ -251,7 +266,7 @@ type BatchKey = (String, BatchOp);
 /// same instant) are gathered by [`gather`]; requests arriving during a call go out together
 /// when it is answered.
 async fn run_batcher(ec2: Arc<dyn Ec2Api>, mut rx: mpsc::UnboundedReceiver<BatchRequest>) {
-    let mut queued: BTreeMap<BatchKey, Vec<BatchRequest>> = BTreeMap::new();
+    let mut queued: BTreeMap<BatchKey, Vec<Member>> = BTreeMap::new();
     // Calls in flight per key; a key is free when it has none.
     let mut in_flight: BTreeMap<BatchKey, usize> = BTreeMap::new();
     let mut answered = FuturesUnordered::new();
@@ -303,8 +318,11 @@ async fn run_batcher(ec2: Arc<dyn Ec2Api>, mut rx: mpsc::UnboundedReceiver<Batch
     }
 }
 
-fn queue(queued: &mut BTreeMap<BatchKey, Vec<BatchRequest>>, r: BatchRequest) {
-    queued.entry((r.region.clone(), r.op)).or_default().push(r);
+fn queue(queued: &mut BTreeMap<BatchKey, Vec<Member>>, r: BatchRequest) {
+    queued
+        .entry((r.region, r.op))
+        .or_default()
+        .extend(r.members);
 }
 
 /// Takes the requests already sent, yielding to the runtime before each look (a yield puts this
@@ -317,7 +335,7 @@ fn queue(queued: &mut BTreeMap<BatchKey, Vec<BatchRequest>>, r: BatchRequest) {
 ///   global queue, joins the same call.
 async fn gather(
     rx: &mut mpsc::UnboundedReceiver<BatchRequest>,
-    queued: &mut BTreeMap<BatchKey, Vec<BatchRequest>>,
+    queued: &mut BTreeMap<BatchKey, Vec<Member>>,
 ) {
     let runtime = tokio::runtime::Handle::current();
     let mut burst = false;
@@ -369,7 +387,7 @@ async fn call(ec2: &dyn Ec2Api, region: &str, op: BatchOp, ids: &[String]) -> Aw
 async fn execute_batch(
     ec2: Arc<dyn Ec2Api>,
     (region, op): BatchKey,
-    reqs: Vec<BatchRequest>,
+    reqs: Vec<Member>,
     freed: oneshot::Sender<()>,
 ) {
     let mut by_id: BTreeMap<String, Vec<oneshot::Sender<AwsResult<()>>>> = BTreeMap::new();

@@ -449,3 +449,20 @@ async fn clusters_are_started_and_stopped_one_call_each_and_a_refused_one_is_ret
         "one call per cluster, no instance call"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_callers_members_always_share_one_call() {
+    // The batcher runs on the other worker and may look between any two sends of a caller:
+    // a Resource's group must still go out in one call, whatever the timing.
+    for round in 0..200 {
+        let ec2 = Arc::new(FakeEc2::default());
+        let exec = Executor::new(ec2.clone(), Arc::new(NoRds));
+        let out = exec
+            .start(ProviderType::Ec2, "eu-west-1", &ids("g", 5))
+            .await;
+        assert!(out.iter().all(|(_, r)| r.is_ok()), "{out:?}");
+        let calls = ec2.calls();
+        assert_eq!(calls.len(), 1, "round {round}: {calls:?}");
+        assert_eq!(calls[0].1.len(), 5, "round {round}: {calls:?}");
+    }
+}

@@ -305,10 +305,15 @@ async fn executor_stops_starts_and_tags_ec2_in_batches_and_rds_per_db() {
     );
     assert!(ra.iter().chain(&rb).all(|(_, r)| r.is_ok()));
     let counts = s.moto.action_counts().await.unwrap();
-    assert_eq!(
-        counts.get(Service::Ec2, "StartInstances"),
-        1,
-        "batched starts"
+    // The two groups' starts are sent together and share one call, unless the batcher ran
+    // between the two sends (a thread preempted on a loaded machine): then the second waits for
+    // the first's answer and goes out alone. Never one call per instance: each group's members
+    // reach the batcher in one message. That callers sent together share one call is the
+    // executor's unit tests' claim and the bench's figure (1,000 starts, one call).
+    let starts = counts.get(Service::Ec2, "StartInstances");
+    assert!(
+        (1..=2).contains(&starts),
+        "batched starts: {starts} StartInstances for 2 groups of 4 instances"
     );
     assert_eq!(
         counts.get(Service::Ec2, "StopInstances"),
