@@ -9,74 +9,144 @@
 //! every Resource of the namespace.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::RwLock;
+use std::sync::{Arc, RwLock};
 
 use booking_shared::api::{Booking, BookingPhase, Resource};
-use kube::ResourceExt;
+use booking_shared::time::Slot;
+use chrono::{DateTime, Utc};
 use kube::runtime::reflector::ObjectRef;
 
 use booking_shared::arbitration::BookingView;
 
 use crate::fanout::Synced;
 
-/// What a booking holds in the index: the Resource it names and its arbitration view (parsed
-/// once per change of the booking, not once per reconcile).
+/// What a booking holds in the index: its arbitration view without its name (the name is the
+/// member's key), parsed once per change of the booking, not once per reconcile.
 #[derive(Clone, Debug, PartialEq)]
-struct Entry {
-    resource: ObjectRef<Resource>,
-    view: BookingView,
+struct Member {
+    created: Option<DateTime<Utc>>,
+    user: Box<str>,
+    slot: Result<Slot, Box<str>>,
+    deleting: bool,
     in_progress: bool,
 }
 
-impl Entry {
-    fn of(b: &Booking) -> Option<(ObjectRef<Booking>, Self)> {
-        let ns = b.namespace()?;
-        let entry = Entry {
-            resource: ObjectRef::new(&b.spec.resource_name).within(&ns),
-            view: BookingView::of(b),
+impl Member {
+    fn of(b: &Booking) -> Self {
+        let view = BookingView::of(b);
+        Self {
+            created: view.created,
+            user: view.user.into_boxed_str(),
+            slot: view.slot.map_err(String::into_boxed_str),
+            deleting: view.deleting,
             in_progress: b.status.as_ref().and_then(|s| s.status) == Some(BookingPhase::InProgress),
-        };
-        // Keys without `extra` (resourceVersion, uid): the index compares names only, and two
-        // strings fewer per key and per Resource set is much of its size.
-        Some((ObjectRef::new(&b.name_any()).within(&ns), entry))
+        }
+    }
+
+    fn view(&self, name: &str) -> BookingView {
+        BookingView {
+            name: name.to_owned(),
+            created: self.created,
+            user: self.user.to_string(),
+            slot: self.slot.clone().map_err(String::from),
+            deleting: self.deleting,
+        }
     }
 
     /// Whether arbitration between the bookings of one Resource may decide differently with
     /// `other` in place of `self` (creation times never change).
-    fn arbitrates_like(&self, other: &Entry) -> bool {
-        self.view.slot == other.view.slot && self.view.deleting == other.view.deleting
+    fn arbitrates_like(&self, other: &Member) -> bool {
+        self.slot == other.slot && self.deleting == other.deleting
     }
+}
+
+/// A booking's namespace, name, the Resource it names, and its member; `None` without a
+/// namespace or a name.
+fn parse(b: &Booking) -> Option<(&str, &str, &str, Member)> {
+    let ns = b.metadata.namespace.as_deref()?;
+    let name = b.metadata.name.as_deref()?;
+    Some((ns, name, b.spec.resource_name.as_str(), Member::of(b)))
+}
+
+/// The bookings of one namespace. Names are stored as shared or boxed strings, not as
+/// `ObjectRef`s (four strings each): each booking costs its name twice and its member, and
+/// its namespace and Resource name are shared with the other bookings of the same ones.
+#[derive(Default)]
+struct Namespace {
+    /// Booking name → the name of the Resource it names.
+    resource_of: HashMap<Box<str>, Arc<str>>,
+    /// Resource name → its bookings by name.
+    groups: HashMap<Arc<str>, HashMap<Box<str>, Member>>,
 }
 
 #[derive(Default)]
 struct Inner {
-    bookings: HashMap<ObjectRef<Booking>, Entry>,
-    by_resource: HashMap<ObjectRef<Resource>, HashSet<ObjectRef<Booking>>>,
+    namespaces: HashMap<Arc<str>, Namespace>,
+    len: usize,
     in_progress: usize,
 }
 
 impl Inner {
-    fn insert(&mut self, key: ObjectRef<Booking>, entry: Entry) -> Option<Entry> {
-        let old = self.remove(&key);
-        self.in_progress += usize::from(entry.in_progress);
-        self.by_resource
-            .entry(entry.resource.clone())
+    /// Adds (or replaces) a booking; returns the Resource it named before and its old member.
+    fn insert(
+        &mut self,
+        ns: &str,
+        name: &str,
+        resource: &str,
+        member: Member,
+    ) -> Option<(Arc<str>, Member)> {
+        let old = self.remove(ns, name);
+        self.len += 1;
+        self.in_progress += usize::from(member.in_progress);
+        let space = match self.namespaces.get_mut(ns) {
+            Some(space) => space,
+            None => self.namespaces.entry(Arc::from(ns)).or_default(),
+        };
+        // The Resource's name is shared between its group's key and its bookings' entries.
+        let key = match space.groups.get_key_value(resource) {
+            Some((k, _)) => k.clone(),
+            None => Arc::from(resource),
+        };
+        space
+            .groups
+            .entry(key.clone())
             .or_default()
-            .insert(key.clone());
-        self.bookings.insert(key, entry);
+            .insert(Box::from(name), member);
+        space.resource_of.insert(Box::from(name), key);
         old
     }
 
-    fn remove(&mut self, key: &ObjectRef<Booking>) -> Option<Entry> {
-        let old = self.bookings.remove(key)?;
-        self.in_progress -= usize::from(old.in_progress);
-        if let Some(set) = self.by_resource.get_mut(&old.resource) {
-            set.remove(key);
-            if set.is_empty() {
-                self.by_resource.remove(&old.resource);
-            }
+    fn remove(&mut self, ns: &str, name: &str) -> Option<(Arc<str>, Member)> {
+        let space = self.namespaces.get_mut(ns)?;
+        let resource = space.resource_of.remove(name)?;
+        let member = space
+            .groups
+            .get_mut(&*resource)
+            .and_then(|g| g.remove(name));
+        if space.groups.get(&*resource).is_some_and(HashMap::is_empty) {
+            space.groups.remove(&*resource);
         }
-        Some(old)
+        if space.resource_of.is_empty() {
+            self.namespaces.remove(ns);
+        }
+        let member = member?;
+        self.len -= 1;
+        self.in_progress -= usize::from(member.in_progress);
+        Some((resource, member))
+    }
+
+    fn resources(&self) -> impl Iterator<Item = ObjectRef<Resource>> + '_ {
+        self.namespaces.iter().flat_map(|(ns, space)| {
+            space
+                .groups
+                .keys()
+                .map(move |r| ObjectRef::new(r).within(ns))
+        })
+    }
+
+    fn group(&self, resource: &ObjectRef<Resource>) -> Option<&HashMap<Box<str>, Member>> {
+        let ns = resource.namespace.as_deref()?;
+        self.namespaces.get(ns)?.groups.get(resource.name.as_str())
     }
 }
 
@@ -119,19 +189,26 @@ impl BookingIndex {
     /// Records an added or modified booking.
     pub fn apply(&self, b: &Booking) -> Change {
         let mut change = Change::default();
-        let Some((key, entry)) = Entry::of(b) else {
+        let Some((ns, name, resource, member)) = parse(b) else {
             return change;
         };
-        let now = entry.clone();
-        let old = self.write().insert(key, entry);
-        change.resources.insert(now.resource.clone());
-        if let Some(old) = old {
-            if old.resource != now.resource {
-                change.resources.insert(old.resource.clone());
-                change.rearbitrate.insert(old.resource);
-                change.rearbitrate.insert(now.resource);
-            } else if !old.arbitrates_like(&now) {
-                change.rearbitrate.insert(now.resource);
+        let now = ObjectRef::new(resource).within(ns);
+        let moved = {
+            let mut inner = self.write();
+            let kept = member.clone();
+            inner
+                .insert(ns, name, resource, member)
+                .map(|(before, old)| (before, old.arbitrates_like(&kept)))
+        };
+        change.resources.insert(now.clone());
+        if let Some((before, same)) = moved {
+            if &*before != resource {
+                let before = ObjectRef::new(&before).within(ns);
+                change.resources.insert(before.clone());
+                change.rearbitrate.insert(before);
+                change.rearbitrate.insert(now);
+            } else if !same {
+                change.rearbitrate.insert(now);
             }
         }
         change
@@ -140,12 +217,15 @@ impl BookingIndex {
     /// Records a deleted booking.
     pub fn delete(&self, b: &Booking) -> Change {
         let mut change = Change::default();
-        let Some((key, _)) = Entry::of(b) else {
+        let (Some(ns), Some(name)) = (b.metadata.namespace.as_deref(), b.metadata.name.as_deref())
+        else {
             return change;
         };
-        if let Some(old) = self.write().remove(&key) {
-            change.resources.insert(old.resource.clone());
-            change.rearbitrate.insert(old.resource);
+        let removed = self.write().remove(ns, name);
+        if let Some((resource, _)) = removed {
+            let resource = ObjectRef::new(&resource).within(ns);
+            change.resources.insert(resource.clone());
+            change.rearbitrate.insert(resource);
         }
         change
     }
@@ -155,17 +235,12 @@ impl BookingIndex {
     pub fn rebuild<'a>(&self, all: impl IntoIterator<Item = &'a Booking>) -> Change {
         let mut fresh = Inner::default();
         for b in all {
-            if let Some((key, entry)) = Entry::of(b) {
-                fresh.insert(key, entry);
+            if let Some((ns, name, resource, member)) = parse(b) {
+                fresh.insert(ns, name, resource, member);
             }
         }
         let mut inner = self.write();
-        let resources: HashSet<_> = inner
-            .by_resource
-            .keys()
-            .chain(fresh.by_resource.keys())
-            .cloned()
-            .collect();
+        let resources: HashSet<_> = inner.resources().chain(fresh.resources()).collect();
         *inner = fresh;
         drop(inner);
         self.stale
@@ -193,31 +268,24 @@ impl BookingIndex {
 
     /// The bookings naming Resource `resource`.
     pub fn of_resource(&self, resource: &ObjectRef<Resource>) -> Vec<ObjectRef<Booking>> {
+        let ns = resource.namespace.as_deref().unwrap_or_default();
         self.read()
-            .by_resource
-            .get(resource)
-            .map(|s| s.iter().cloned().collect())
+            .group(resource)
+            .map(|g| g.keys().map(|n| ObjectRef::new(n).within(ns)).collect())
             .unwrap_or_default()
     }
 
     /// The arbitration views of the bookings naming Resource `resource`.
     pub fn views_of(&self, resource: &ObjectRef<Resource>) -> Vec<BookingView> {
-        let inner = self.read();
-        inner
-            .by_resource
-            .get(resource)
-            .map(|keys| {
-                keys.iter()
-                    .filter_map(|k| inner.bookings.get(k))
-                    .map(|e| e.view.clone())
-                    .collect()
-            })
+        self.read()
+            .group(resource)
+            .map(|g| g.iter().map(|(name, m)| m.view(name)).collect())
             .unwrap_or_default()
     }
 
     /// Every Resource named by at least one booking.
     pub fn resources(&self) -> Vec<ObjectRef<Resource>> {
-        self.read().by_resource.keys().cloned().collect()
+        self.read().resources().collect()
     }
 
     /// How many bookings are `IN PROGRESS` by their status.
@@ -227,7 +295,7 @@ impl BookingIndex {
 
     /// How many bookings are indexed.
     pub fn len(&self) -> usize {
-        self.read().bookings.len()
+        self.read().len
     }
 
     /// Whether no booking is indexed.
@@ -341,5 +409,31 @@ mod tests {
         assert_eq!(c.rearbitrate, set(&["r2", "r3"]));
         assert_eq!(idx.len(), 1);
         assert!(idx.of_resource(&res("r2")).is_empty());
+    }
+
+    #[test]
+    fn namespaces_are_kept_apart_and_emptied_ones_leave_nothing() {
+        let idx = BookingIndex::default();
+        let mut other = booking("a", "r1", S, E);
+        other.metadata.namespace = Some("other".into());
+        other.spec.user_id = "mallory".into();
+        idx.apply(&booking("a", "r1", S, E));
+        idx.apply(&other);
+        assert_eq!(idx.len(), 2);
+        let views = idx.views_of(&res("r1"));
+        assert_eq!(views.len(), 1);
+        assert_eq!(views[0].user, "");
+        let theirs = ObjectRef::<Resource>::new("r1").within("other");
+        assert_eq!(idx.views_of(&theirs)[0].user, "mallory");
+        assert_eq!(
+            idx.of_resource(&theirs)[0].namespace.as_deref(),
+            Some("other")
+        );
+        // Deleting one namespace's booking leaves the other's as it was.
+        assert_eq!(idx.delete(&other).resources, [theirs.clone()].into());
+        assert!(idx.of_resource(&theirs).is_empty());
+        assert_eq!(idx.of_resource(&res("r1")).len(), 1);
+        assert_eq!(idx.resources(), vec![res("r1")]);
+        assert_eq!(idx.inner.read().unwrap().namespaces.len(), 1);
     }
 }
