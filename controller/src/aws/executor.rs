@@ -9,9 +9,9 @@
 //! request for a millisecond); requests arriving while a call is in flight wait for its answer
 //! and then go out together ("group commit"), so that one (region, operation) has one call per
 //! 1,000 IDs in flight at a time. One caller's members reach the batcher in one message, so a
-//! Resource's group is never split between calls by the timing of its own request. A batch refused because of
-//! one of its members (an unknown ID, a member in the wrong state) is retried member by member,
-//! so one failing member never blocks the others; a batch that failed as a whole (throttling, a
+//! Resource's group is never split between calls by the timing of its own request. A batch
+//! refused because of one of its members (an unknown ID, a member in the wrong state) is retried
+//! member by member, so one failing member never blocks the others; a batch that failed as a whole (throttling, a
 //! server or transport error, a timeout — after the SDK's own retries) fails for every member,
 //! which the plan retries together, in one batch again, after its backoff. Stopping with
 //! hibernation falls back to a plain stop when AWS says the instance cannot hibernate. RDS has
