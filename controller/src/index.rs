@@ -82,7 +82,6 @@ struct Namespace {
 #[derive(Default)]
 struct Inner {
     namespaces: HashMap<Arc<str>, Namespace>,
-    len: usize,
     in_progress: usize,
 }
 
@@ -96,7 +95,6 @@ impl Inner {
         member: Member,
     ) -> Option<(Arc<str>, Member)> {
         let old = self.remove(ns, name);
-        self.len += 1;
         self.in_progress += usize::from(member.in_progress);
         let space = match self.namespaces.get_mut(ns) {
             Some(space) => space,
@@ -130,7 +128,6 @@ impl Inner {
             self.namespaces.remove(ns);
         }
         let member = member?;
-        self.len -= 1;
         self.in_progress -= usize::from(member.in_progress);
         Some((resource, member))
     }
@@ -295,7 +292,11 @@ impl BookingIndex {
 
     /// How many bookings are indexed.
     pub fn len(&self) -> usize {
-        self.read().len
+        self.read()
+            .namespaces
+            .values()
+            .map(|space| space.resource_of.len())
+            .sum()
     }
 
     /// Whether no booking is indexed.
