@@ -184,7 +184,6 @@ fn booking_feed(
             Ok(_) => Change::default(),
             Err(e) => {
                 tracing::warn!(error = %e, "booking watch error; retrying");
-                index.mark_stale();
                 Change::default()
             }
         };

@@ -164,8 +164,6 @@ pub struct BookingIndex {
     inner: RwLock<Inner>,
     /// Whether the first full list has been indexed.
     ready: Synced,
-    /// Whether the watch failed since the last full list (see [`BookingIndex::is_stale`]).
-    stale: std::sync::atomic::AtomicBool,
 }
 
 impl BookingIndex {
@@ -240,27 +238,11 @@ impl BookingIndex {
         let resources: HashSet<_> = inner.resources().chain(fresh.resources()).collect();
         *inner = fresh;
         drop(inner);
-        self.stale
-            .store(false, std::sync::atomic::Ordering::Release);
         self.ready.mark();
         Change {
             rearbitrate: resources.clone(),
             resources,
         }
-    }
-
-    /// Records that the watch failed: until the next full list ([`BookingIndex::rebuild`]),
-    /// bookings created meanwhile may be missing.
-    pub fn mark_stale(&self) {
-        self.stale.store(true, std::sync::atomic::Ordering::Release);
-    }
-
-    /// Whether the watch failed since the last full list. A watch that resumed without a relist
-    /// delivers what it missed, but nothing tells when it has caught up; so the index stays
-    /// "stale" until the next full list, and what cannot be undone (a stop) is confirmed with
-    /// the API server meanwhile.
-    pub fn is_stale(&self) -> bool {
-        self.stale.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// The bookings naming Resource `resource`.

@@ -132,8 +132,17 @@ pub async fn reconcile(b: Arc<Booking>, ctx: Arc<Context>) -> Result<Action> {
         Claimed::Gone => return Ok(Action::await_change()),
         Claimed::Changed => return Ok(Action::requeue(std::time::Duration::from_millis(200))),
     };
-    let (errors, retry) = send_due(&ctx, &b, &slot, &due, &mut status, now).await;
-    record(&ctx, &b, &current, status, &errors, now).await?;
+    let sent = send_due(&ctx, &b, &slot, &due, &mut status, now).await;
+    // The status first (a failed send's claim given back), then the Events: what an Event
+    // reports is already what the status shows.
+    let recorded = record(&ctx, &b, &current, status, &sent.errors, now).await;
+    for e in sent.events {
+        ctx.events
+            .publish(b.as_ref(), e.warning, e.reason, e.action, e.note)
+            .await;
+    }
+    recorded?;
+    let retry = sent.retry;
     let mut wake = due.next;
     if retry {
         let at = failed(&ctx, &uid, now);
@@ -273,11 +282,28 @@ async fn claim(
     Ok(())
 }
 
+/// An Event of a send, published once the status records the send's outcome.
+struct SendEvent {
+    warning: bool,
+    reason: &'static str,
+    action: &'static str,
+    note: String,
+}
+
+/// What [`send_due`] did.
+struct Sent {
+    /// The failures' messages.
+    errors: Vec<String>,
+    /// Whether a failure may pass (retry).
+    retry: bool,
+    /// The Events to publish, in order.
+    events: Vec<SendEvent>,
+}
+
 /// Sends the claimed notifications. A failure that may pass (a timeout, a 4xx of the SMTP
 /// server, a webhook error) gives its claim back in `status` and asks for a retry; one that will
 /// not (an unknown type, an unusable recipient, no SMTP server configured, a permanent refusal)
-/// stays recorded as handled: it is reported, not retried. Returns the failures' messages and
-/// whether to retry.
+/// stays recorded as handled: it is reported, not retried.
 async fn send_due(
     ctx: &Context,
     b: &Booking,
@@ -285,9 +311,10 @@ async fn send_due(
     due: &Due,
     status: &mut BookingStatus,
     now: DateTime<Utc>,
-) -> (Vec<String>, bool) {
+) -> Sent {
     let mut errors = Vec::new();
     let mut retry = false;
+    let mut events = Vec::new();
     for d in &due.now {
         let key = &d.key;
         // The reads and the claim took a moment: nothing is sent once its time is over.
@@ -323,9 +350,12 @@ async fn send_due(
                     for_event(d.event),
                     format_rfc3339(slot.end)
                 );
-                ctx.events
-                    .publish(b, false, "NotificationSent", notify_action(d.event), note)
-                    .await;
+                events.push(SendEvent {
+                    warning: false,
+                    reason: "NotificationSent",
+                    action: notify_action(d.event),
+                    note,
+                });
             }
             Err(e) => {
                 ctx.metrics.notification(d.event, false);
@@ -337,9 +367,12 @@ async fn send_due(
                     for_event(d.event)
                 );
                 tracing::warn!(error = %e, notification = %key, "notification failed");
-                ctx.events
-                    .publish(b, true, "NotificationFailed", "Notify", message.clone())
-                    .await;
+                events.push(SendEvent {
+                    warning: true,
+                    reason: "NotificationFailed",
+                    action: "Notify",
+                    note: message.clone(),
+                });
                 if e.is_transient() {
                     status.notifications_sent.retain(|k| k != key);
                 }
@@ -347,7 +380,11 @@ async fn send_due(
             }
         }
     }
-    (errors, retry)
+    Sent {
+        errors,
+        retry,
+        events,
+    }
 }
 
 /// Dry-run mode: a Normal Event `WouldNotify` for each due notification, once per booking and

@@ -7,6 +7,11 @@ use serde::{Deserialize, Serialize};
 
 use super::*;
 
+/// The field selector label of `spec.resource_name` (a selectable field of the CRD): the
+/// bookings of one Resource are listed with `fieldSelector=spec.resource_name=<name>`, e.g.
+/// `kubectl get bookings --field-selector spec.resource_name=ec2.analytics`.
+pub const RESOURCE_FIELD: &str = "spec.resource_name";
+
 /// A time slot during which the instances of one Resource run.
 ///
 /// The slot is the half-open interval [start_at, end_at): the group is started at `start_at` and
@@ -24,7 +29,8 @@ use super::*;
     printcolumn = r#"{"name":"START","type":"string","jsonPath":".spec.start_at"}"#,
     printcolumn = r#"{"name":"END","type":"string","jsonPath":".spec.end_at"}"#,
     printcolumn = r#"{"name":"STATUS","type":"string","jsonPath":".status.status"}"#,
-    printcolumn = r#"{"name":"AGE","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+    printcolumn = r#"{"name":"AGE","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
+    selectable = ".spec.resource_name"
 )]
 #[x_kube(validation = Rule::new(end_after_start_rule())
     .message("end_at must be after start_at: bookings are the half-open interval [start_at, end_at)")
@@ -234,12 +240,15 @@ pub struct BookingStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<BookingPhase>,
     /// True once every notification of the booking has been sent (for each event it asks for but
-    /// `failed`, which is sent only when something fails).
+    /// `failed`, which is sent only when something fails). Like `notificationsSent`, it counts a
+    /// notification from the moment its send begins; a send that fails for a reason that may
+    /// pass is taken back (and retried) before its `NotificationFailed` Event is published.
     #[serde(default)]
     pub notification_sent: bool,
-    /// Notifications already sent, as `<index>:<type>:<recipient>` keys (for a webhook, whose
-    /// URL is a secret, `<index>:webhook:<scheme>://<host>#<digest of the URL>`), so that each is
-    /// sent at most once. The reminder is recorded by that key, every other event by
+    /// Notifications sent or being sent, as `<index>:<type>:<recipient>` keys (for a webhook,
+    /// whose URL is a secret, `<index>:webhook:<scheme>://<host>#<digest of the URL>`), so that
+    /// each is sent at most once: a key is recorded just before its send and removed again when
+    /// the send fails for a reason that may pass. The reminder is recorded by that key, every other event by
     /// `<event>:` followed by it (e.g. `started:0:email:ann@example.com`).
     #[serde(
         rename = "notificationsSent",

@@ -70,6 +70,117 @@ async fn bookings_reconciled_before_the_resource_list_arrives_all_get_their_phas
     controller.stop().expect("stop");
 }
 
+/// A handover whose next booking the controller's Booking watch has not delivered (the watch is
+/// held unanswered, as a resumed watch is while a restarted API server's watch cache catches
+/// up, with no error to tell): at the first booking's end the cache shows no holder, but the
+/// group is not stopped — the stop is confirmed with the API server, which knows the next
+/// booking — and once the watch delivers it, the group is locked by its user.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handover_the_booking_watch_has_not_delivered_never_stops_the_group() {
+    use booking_harness::kube_proxy::KubeFault;
+
+    let e = env("restart-lagging-watch").await;
+    let home = e.moto.ec2();
+    let group = stopped_group(&home, 1, "handover").await;
+    let pp = PostParams::default();
+    Api::<Resource>::namespaced(e.client.clone(), &e.ns)
+        .create(&pp, &resource("ec2.handover", "ec2", "handover", None))
+        .await
+        .unwrap();
+    let bookings: Api<Booking> = Api::namespaced(e.client.clone(), &e.ns);
+    let handover_at = Utc::now() + chrono::Duration::seconds(20);
+    bookings
+        .create(
+            &pp,
+            &booking(
+                "first",
+                "ec2.handover",
+                handover_at - chrono::Duration::minutes(5),
+                handover_at,
+            ),
+        )
+        .await
+        .unwrap();
+    // The first list goes through; every later Booking watch is held until the faults clear.
+    let (proxy, mut controller) = start_controller_through(
+        &e,
+        booking_harness::free_port().unwrap(),
+        "lagging-watch",
+        [KubeFault::stall(
+            "/bookings?watch=true",
+            Duration::from_secs(600),
+        )],
+    )
+    .await;
+    let locked_by = |user: &'static str| {
+        let home = home.clone();
+        let group = group.clone();
+        move || {
+            let (home, group) = (home.clone(), group.clone());
+            async move {
+                let seen = instances(&home, &group).await;
+                let (state, tags) = &seen[0];
+                let lock = tags
+                    .iter()
+                    .find(|(k, _)| k == "resource-booking/locked-by")
+                    .map(|(_, v)| v.as_str());
+                if state == "running" && lock == Some(user) {
+                    Ok(())
+                } else {
+                    Err(format!("{state}, locked by {lock:?}"))
+                }
+            }
+        }
+    };
+    wait_for(
+        "the first booking's group running",
+        CONVERGE,
+        locked_by("user-of-first"),
+    )
+    .await;
+    assert!(
+        handover_at - Utc::now() > chrono::Duration::seconds(5),
+        "the controller took too long to start the first booking for the handover to be tested"
+    );
+    bookings
+        .create(
+            &pp,
+            &booking(
+                "next",
+                "ec2.handover",
+                handover_at,
+                handover_at + chrono::Duration::minutes(5),
+            ),
+        )
+        .await
+        .unwrap();
+    // From just before the handover until well after it, the instance never leaves `running`.
+    while Utc::now() < handover_at + chrono::Duration::seconds(8) {
+        let (state, _) = &instances(&home, &group).await[0];
+        assert_eq!(
+            state,
+            "running",
+            "the group was stopped at {} though `next` held it from {}",
+            format_rfc3339(Utc::now()),
+            format_rfc3339(handover_at)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(
+        phase(&bookings, "next").await,
+        None,
+        "the Booking watch was held: the controller cannot have seen `next` yet"
+    );
+    proxy.clear_faults();
+    wait_for(
+        "the group locked by the next booking's user",
+        CONVERGE,
+        locked_by("user-of-next"),
+    )
+    .await;
+    controller.stop().expect("stop");
+}
+
 /// The kill campaign with one replica: SIGKILLs and SIGTERMs at random moments, an API server
 /// restart after an etcd compaction; every invariant of `booking_tests::campaign` holds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -305,12 +305,16 @@ async fn demo(s: &Settings, signals: &mut Signals) -> Result<()> {
     ended.map(drop)
 }
 
-/// Redraws the view every two seconds until a signal or until stdout is gone.
+/// Redraws the view every two seconds until a signal or until stdout is gone. On a terminal
+/// every frame replaces the last; into a file or a pipe (`make demo | tee demo.log`) a frame is
+/// written only when something besides its clock changed, so a long run's log holds each state
+/// once.
 async fn view_until_stopped(s: &Settings, signals: &mut Signals) -> Result<DemoEnd> {
     use std::io::IsTerminal as _;
     let client = stack::kube_client(&s.kubeconfig()).await?;
     let tty = std::io::stdout().is_terminal();
     let mut pause = Duration::from_secs(3);
+    let mut last_shown: Option<String> = None;
     loop {
         tokio::select! {
             sig = signals.recv() => return Ok(DemoEnd::Signal(sig)),
@@ -318,13 +322,18 @@ async fn view_until_stopped(s: &Settings, signals: &mut Signals) -> Result<DemoE
         }
         pause = Duration::from_secs(2);
         let frame = view::render(s, &client).await;
-        // Clear the screen and go home on a terminal; a separator otherwise.
-        let sep = if tty {
-            "\x1b[2J\x1b[H"
+        if tty {
+            // Clear the screen and go home.
+            output::stdout_text(&format!("\x1b[2J\x1b[H{frame}"));
+        } else if view::changed(last_shown.as_deref(), &frame) {
+            output::stdout_text(&format!(
+                "----------------------------------------\n{frame}"
+            ));
+            last_shown = Some(frame);
         } else {
-            "----------------------------------------\n"
-        };
-        output::stdout_text(&format!("{sep}{frame}"));
+            // Nothing written: a reader that is gone shows on stdout itself.
+            output::check_stdout();
+        }
         for r in procs::recorded(&s.dir)? {
             if !r.alive() {
                 say!(

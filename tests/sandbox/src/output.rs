@@ -21,6 +21,25 @@ pub fn stdout_text(text: &str) {
     }
 }
 
+/// Remembers that stdout is gone when, without writing to it, it shows an error or a hang-up
+/// (a pipe whose reader exited, a terminal that closed); a file never does.
+pub fn check_stdout() {
+    use rustix::event::{PollFd, PollFlags, Timespec, poll};
+    let stdout = std::io::stdout();
+    let mut fds = [PollFd::new(&stdout, PollFlags::OUT)];
+    let zero = Timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    if poll(&mut fds, Some(&zero)).is_ok()
+        && fds[0]
+            .revents()
+            .intersects(PollFlags::ERR | PollFlags::HUP | PollFlags::NVAL)
+    {
+        STDOUT_BROKEN.store(true, Ordering::Relaxed);
+    }
+}
+
 /// Writes one line to stdout (see [`stdout_text`]).
 pub fn stdout_line(args: fmt::Arguments<'_>) {
     stdout_text(&format!("{args}\n"));

@@ -35,6 +35,12 @@ pub async fn render(s: &Settings, client: &kube::Client) -> String {
     out
 }
 
+/// Whether `frame` shows anything `last` did not, its first line (the clock) aside. Pure.
+pub fn changed(last: Option<&str>, frame: &str) -> bool {
+    let body = |f: &str| f.split_once('\n').map_or("", |(_, rest)| rest).to_owned();
+    last.is_none_or(|last| body(last) != body(frame))
+}
+
 fn section(out: &mut String, title: &str, body: Result<String>) {
     let _ = writeln!(out, "== {title}");
     match body {
@@ -237,4 +243,19 @@ async fn events(s: &Settings, client: &kube::Client) -> Result<String> {
         );
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::changed;
+
+    #[test]
+    fn a_frame_is_new_unless_only_its_clock_moved() {
+        let a = "Booking sandbox — 10:00:00 UTC\n== BOOKINGS\n   demo-web SCHEDULED\n";
+        let later = "Booking sandbox — 10:00:02 UTC\n== BOOKINGS\n   demo-web SCHEDULED\n";
+        let started = "Booking sandbox — 10:00:04 UTC\n== BOOKINGS\n   demo-web IN PROGRESS\n";
+        assert!(changed(None, a));
+        assert!(!changed(Some(a), later));
+        assert!(changed(Some(later), started));
+    }
 }

@@ -1,28 +1,38 @@
-//! What makes a planned stop of a Resource's group wait: a Booking watch that may have missed
-//! a booking, and a scheduler about to create the next booking of a handover.
+//! What makes a planned stop of a Resource's group wait: a booking holding it that the Booking
+//! cache has not shown yet, and a scheduler about to create the next booking of a handover.
 
 use booking_shared::{
-    api::BookingScheduler,
+    api::{Booking, BookingScheduler, RESOURCE_FIELD},
     arbitration::{BookingView, holder_at},
     schedule::CronSchedule,
 };
 use chrono::{DateTime, Utc};
 use futures::FutureExt as _;
-use kube::{api::Api, runtime::reflector::Store};
+use kube::{
+    api::{Api, ListParams},
+    runtime::reflector::Store,
+};
 
 use crate::context::Context;
 
-/// Whether a planned stop may go out. While the Booking watch has failed since its last full
-/// list, a booking created meanwhile (the next one of a handover, created while the API server
-/// restarted) may be missing from the cache; stopping is what cannot be taken back, so the API
-/// server is asked first (a consistent list).
+/// Whether a planned stop may go out: the API server is asked, in one consistent read of the
+/// Resource's bookings, whether one of them holds the group at `now`. The Booking cache is
+/// always some way behind the store (a watch resumed after an API server restart can stall for
+/// seconds while the server's own watch cache catches up, with nothing to tell it has), and a
+/// handover's next booking may have been created just before the boundary; stopping is what
+/// cannot be taken back, so it is confirmed first. One read per stop, filtered on the server by
+/// the CRD's selectable field `spec.resource_name`; a CRD installed without that field (an
+/// older manifest) gets the namespace's whole list instead.
 pub(super) async fn stop_is_safe(ctx: &Context, ns: &str, name: &str, now: DateTime<Utc>) -> bool {
-    if !ctx.caches.index.is_stale() {
-        return true;
-    }
-    let listed = Api::<booking_shared::api::Booking>::namespaced(ctx.client.clone(), ns)
-        .list(&Default::default())
-        .await;
+    let api = Api::<Booking>::namespaced(ctx.client.clone(), ns);
+    let selected = ListParams::default().fields(&format!("{RESOURCE_FIELD}={name}"));
+    let listed = match api.list(&selected).await {
+        Err(kube::Error::Api(e)) if e.code == 400 => {
+            tracing::debug!(error = %e, "the Booking CRD has no selectable spec.resource_name; listing the namespace");
+            api.list(&ListParams::default()).await
+        }
+        other => other,
+    };
     match listed {
         Ok(all) => {
             let views: Vec<BookingView> = all
@@ -33,7 +43,10 @@ pub(super) async fn stop_is_safe(ctx: &Context, ns: &str, name: &str, now: DateT
                 .collect();
             holder_at(&views, now).is_none()
         }
-        Err(_) => false,
+        Err(e) => {
+            tracing::debug!(error = %e, "a stop waits: its bookings could not be read");
+            false
+        }
     }
 }
 
