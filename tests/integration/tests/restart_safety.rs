@@ -101,13 +101,15 @@ async fn a_handover_the_booking_watch_has_not_delivered_never_stops_the_group() 
         )
         .await
         .unwrap();
-    // The first list goes through; every later Booking watch is held until the faults clear.
+    // The first lists go through; the Booking watch (kube's URL: `bookings?&watch=true&…`) is
+    // held until the faults clear. Should that URL change, the check of `next`'s phase below
+    // fails rather than the test passing without a lagging watch.
     let (proxy, mut controller) = start_controller_through(
         &e,
         booking_harness::free_port().unwrap(),
         "lagging-watch",
         [KubeFault::stall(
-            "/bookings?watch=true",
+            "/bookings?&watch=true",
             Duration::from_secs(600),
         )],
     )
