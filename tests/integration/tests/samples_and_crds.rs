@@ -549,3 +549,63 @@ async fn samples_parse_into_the_api_types_and_pass_the_crd_schemas() {
         }
     }
 }
+
+/// `spec.resource_name` is a selectable field of the Booking CRD: the controller confirms a stop
+/// by listing one Resource's bookings with it, and `kubectl get bk --field-selector` lists them
+/// (the README's example). Checked with the real kubectl on the API server serving the committed
+/// CRDs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bookings_are_listed_per_resource_by_the_field_selector() {
+    let cluster = crds_only("field-selector").await;
+    for (name, resource) in [("a1", "ec2.a"), ("a2", "ec2.a"), ("b1", "ec2.b")] {
+        let booking = json!({
+            "apiVersion": "manager.kotaico.de/v1",
+            "kind": "Booking",
+            "metadata": {"name": name},
+            "spec": {
+                "resource_name": resource,
+                "start_at": format!("2031-01-10T0{}:00:00Z", &name[1..]),
+                "end_at": format!("2031-01-10T0{}:30:00Z", &name[1..]),
+                "user_id": "ann",
+            },
+        });
+        let out = output_with_stdin(
+            cluster
+                .kubectl()
+                .unwrap()
+                .args(["create", "-n", cluster.namespace(), "-f", "-"]),
+            &booking.to_string(),
+        );
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let selected = |selector: &str| {
+        let out = cluster
+            .kubectl()
+            .unwrap()
+            .args([
+                "get",
+                "bk",
+                "-n",
+                cluster.namespace(),
+                "--field-selector",
+                selector,
+            ])
+            .args(["-o", "jsonpath={.items[*].metadata.name}"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let field = booking_shared::api::RESOURCE_FIELD;
+    assert_eq!(selected(&format!("{field}=ec2.a")), "a1 a2");
+    assert_eq!(selected(&format!("{field}=ec2.b")), "b1");
+    assert_eq!(selected(&format!("{field}=ec2.c")), "");
+}
