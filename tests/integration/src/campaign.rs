@@ -334,6 +334,9 @@ pub struct Observed {
     pub scheduled: Vec<(DateTime<Utc>, DateTime<Utc>, DateTime<Utc>)>,
     /// Deletions made: booking name → when.
     pub deleted: BTreeMap<String, DateTime<Utc>>,
+    /// Creations made: booking name → when the API server's answer arrived (a create retried
+    /// through an API server restart can be answered after the booking's start).
+    pub created: BTreeMap<String, DateTime<Utc>>,
     /// Instance ID → group tag.
     pub members: BTreeMap<String, String>,
     /// AWS writes, of every replica.
@@ -515,7 +518,10 @@ pub fn check_samples(o: &Observed, bound: Duration) -> Verdict {
     v
 }
 
-/// Every booking any sample saw, with the workload's deletions: (group, start, end or deletion).
+/// Every booking any sample saw, with the workload's creations and deletions: (name, group,
+/// from, until). A booking holds its group from its start, or from when its create was
+/// answered when that came later (a booking that does not exist yet holds nothing), until its
+/// end or deletion.
 fn holds(o: &Observed) -> Vec<(String, String, DateTime<Utc>, DateTime<Utc>)> {
     let mut seen = BTreeMap::new();
     for s in &o.samples {
@@ -525,19 +531,24 @@ fn holds(o: &Observed) -> Vec<(String, String, DateTime<Utc>, DateTime<Utc>)> {
     }
     seen.into_values()
         .map(|b| {
+            let from = o
+                .created
+                .get(&b.name)
+                .copied()
+                .map_or(b.start, |c| c.max(b.start));
             let until = o
                 .deleted
                 .get(&b.name)
                 .copied()
                 .map_or(b.end, |d| d.min(b.end));
-            (b.name, b.group, b.start, until)
+            (b.name, b.group, from, until)
         })
         .collect()
 }
 
 /// No `StopInstances` names a member of a group while a booking holds it (a second of slack
-/// after a start that is not a handover: a stop decided just before the start may land just
-/// after).
+/// after a start that is not a handover — nor a booking created after its start —: a stop
+/// decided just before may land just after).
 pub fn check_stops(o: &Observed) -> Vec<String> {
     let holds = holds(o);
     let slack = chrono::TimeDelta::seconds(1);
@@ -1084,6 +1095,13 @@ pub async fn run(options: &Options) -> Report {
                         }
                     };
                     if done {
+                        if create {
+                            observed
+                                .lock()
+                                .unwrap()
+                                .created
+                                .insert(b.name.clone(), Utc::now());
+                        }
                         if !create {
                             observed
                                 .lock()
@@ -1571,6 +1589,41 @@ mod tests {
         assert!(sample_problems(&s, &all, &deleted).is_empty());
         let later = Sample { at: t(18), ..s };
         assert_eq!(sample_problems(&later, &all, &deleted).len(), 2);
+    }
+
+    #[test]
+    fn a_booking_holds_from_its_start_or_from_its_creation_when_created_late() {
+        let observed = |created: Option<i64>, stop_at: i64| Observed {
+            samples: vec![Sample {
+                at: t(5),
+                bookings: vec![
+                    seen("a", "g0", 0, 10, BookingPhase::InProgress),
+                    seen("b", "g0", 10, 20, BookingPhase::Scheduled),
+                ],
+                groups: BTreeMap::new(),
+            }],
+            members: [("i-1".to_owned(), "g0".to_owned())].into(),
+            created: created
+                .map(|c| ("b".to_owned(), t(c)))
+                .into_iter()
+                .collect(),
+            writes: vec![Write {
+                replica: 0,
+                at: t(stop_at),
+                action: "StopInstances".into(),
+                ids: vec!["i-1".into()],
+            }],
+            ..Observed::default()
+        };
+        // Created in time: a handover, a stop at its start is a violation.
+        assert_eq!(check_stops(&observed(Some(3), 10)).len(), 1);
+        // Created 3 s after its start (its create retried through an API server restart): a
+        // stop before it existed is right, one more than a second after it existed is not.
+        assert!(check_stops(&observed(Some(13), 10)).is_empty());
+        assert!(check_stops(&observed(Some(13), 13)).is_empty());
+        let late = check_stops(&observed(Some(13), 15));
+        assert_eq!(late.len(), 1, "{late:?}");
+        assert!(late[0].contains("while b held it"), "{late:?}");
     }
 
     #[test]
