@@ -302,7 +302,26 @@ impl ControlPlane {
     ///
     /// # Errors
     /// Missing binaries, a process that exits early or is not ready in time (with its logs).
+    ///
+    /// The ports are picked free just before the processes bind them, so another process of a
+    /// parallel test run can take one in between: a process that exits early because its
+    /// address is in use is started again on new ports (three tries).
     pub async fn start(dir: &TestDir, options: ControlPlaneOptions) -> Result<ControlPlane> {
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            match Self::start_once(dir, options.clone()).await {
+                Err(Error::ExitedEarly { log_tail, .. })
+                    if tries < 3 && log_tail.contains("address already in use") =>
+                {
+                    continue;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    async fn start_once(dir: &TestDir, options: ControlPlaneOptions) -> Result<ControlPlane> {
         let started = Instant::now();
         let ports = Ports::free()?;
         let recipe = Recipe::new(
