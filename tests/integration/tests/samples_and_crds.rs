@@ -19,6 +19,7 @@ use std::collections::BTreeSet;
 
 use booking_harness::control_plane::TestCluster;
 use booking_shared::api::{Booking, BookingCalendar, BookingScheduler, Resource, ResourceMonitor};
+use booking_tests::kubectl::kubectl;
 use booking_tests::packaging::{CRD_KINDS, Plane, kind_of, name_of};
 use booking_tests::{crd_for_kind, output_with_stdin, read_yaml_documents, repo_root, shared_dir};
 use serde_json::{Value, json};
@@ -557,6 +558,7 @@ async fn samples_parse_into_the_api_types_and_pass_the_crd_schemas() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bookings_are_listed_per_resource_by_the_field_selector() {
     let cluster = crds_only("field-selector").await;
+    let (kubeconfig, ns) = (cluster.kubeconfig_path(), cluster.namespace());
     for (name, resource) in [("a1", "ec2.a"), ("a2", "ec2.a"), ("b1", "ec2.b")] {
         let booking = json!({
             "apiVersion": "manager.kotaico.de/v1",
@@ -569,43 +571,17 @@ async fn bookings_are_listed_per_resource_by_the_field_selector() {
                 "user_id": "ann",
             },
         });
-        let out = output_with_stdin(
-            cluster
-                .kubectl()
-                .unwrap()
-                .args(["create", "-n", cluster.namespace(), "-f", "-"]),
-            &booking.to_string(),
-        );
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let args = ["create", "-n", ns, "-f", "-"];
+        let created = kubectl(kubeconfig, None, &args, Some(&booking.to_string())).await;
+        assert!(created.ok, "{name}: {}", created.stderr);
     }
-    let selected = |selector: &str| {
-        let out = cluster
-            .kubectl()
-            .unwrap()
-            .args([
-                "get",
-                "bk",
-                "-n",
-                cluster.namespace(),
-                "--field-selector",
-                selector,
-            ])
-            .args(["-o", "jsonpath={.items[*].metadata.name}"])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    };
     let field = booking_shared::api::RESOURCE_FIELD;
-    assert_eq!(selected(&format!("{field}=ec2.a")), "a1 a2");
-    assert_eq!(selected(&format!("{field}=ec2.b")), "b1");
-    assert_eq!(selected(&format!("{field}=ec2.c")), "");
+    for (resource, want) in [("ec2.a", "a1 a2"), ("ec2.b", "b1"), ("ec2.c", "")] {
+        let selector = format!("{field}={resource}");
+        let args = ["get", "bk", "-n", ns, "--field-selector", &selector];
+        let names = ["-o", "jsonpath={.items[*].metadata.name}"];
+        let got = kubectl(kubeconfig, None, &[&args[..], &names[..]].concat(), None).await;
+        assert!(got.ok, "{selector}: {}", got.stderr);
+        assert_eq!(got.stdout, want, "{selector}");
+    }
 }
