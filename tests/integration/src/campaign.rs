@@ -1591,9 +1591,10 @@ mod tests {
         assert_eq!(sample_problems(&later, &all, &deleted).len(), 2);
     }
 
-    #[test]
-    fn a_booking_holds_from_its_start_or_from_its_creation_when_created_late() {
-        let observed = |created: Option<i64>, stop_at: i64| Observed {
+    /// Bookings `a` [0, 10) and `b` [10, 20) of group g0 (member i-1), seen at 5, and a
+    /// StopInstances of i-1 by each (replica, second) of `stops`.
+    fn handover_of_g0(stops: &[(usize, i64)]) -> Observed {
+        Observed {
             samples: vec![Sample {
                 at: t(5),
                 bookings: vec![
@@ -1603,25 +1604,32 @@ mod tests {
                 groups: BTreeMap::new(),
             }],
             members: [("i-1".to_owned(), "g0".to_owned())].into(),
-            created: created
-                .map(|c| ("b".to_owned(), t(c)))
-                .into_iter()
+            writes: stops
+                .iter()
+                .map(|&(replica, at)| Write {
+                    replica,
+                    at: t(at),
+                    action: "StopInstances".into(),
+                    ids: vec!["i-1".into()],
+                })
                 .collect(),
-            writes: vec![Write {
-                replica: 0,
-                at: t(stop_at),
-                action: "StopInstances".into(),
-                ids: vec!["i-1".into()],
-            }],
             ..Observed::default()
+        }
+    }
+
+    #[test]
+    fn a_booking_holds_from_its_start_or_from_its_creation_when_created_late() {
+        let observed = |created: i64, stop_at: i64| Observed {
+            created: [("b".to_owned(), t(created))].into(),
+            ..handover_of_g0(&[(0, stop_at)])
         };
         // Created in time: a handover, a stop at its start is a violation.
-        assert_eq!(check_stops(&observed(Some(3), 10)).len(), 1);
+        assert_eq!(check_stops(&observed(3, 10)).len(), 1);
         // Created 3 s after its start (its create retried through an API server restart): a
         // stop before it existed is right, one more than a second after it existed is not.
-        assert!(check_stops(&observed(Some(13), 10)).is_empty());
-        assert!(check_stops(&observed(Some(13), 13)).is_empty());
-        let late = check_stops(&observed(Some(13), 15));
+        assert!(check_stops(&observed(13, 10)).is_empty());
+        assert!(check_stops(&observed(13, 13)).is_empty());
+        let late = check_stops(&observed(13, 15));
         assert_eq!(late.len(), 1, "{late:?}");
         assert!(late[0].contains("while b held it"), "{late:?}");
     }
@@ -1629,29 +1637,6 @@ mod tests {
     #[test]
     fn a_stop_while_held_and_a_write_by_a_follower_are_violations() {
         let o = Observed {
-            samples: vec![Sample {
-                at: t(5),
-                bookings: vec![
-                    seen("a", "g0", 0, 10, BookingPhase::InProgress),
-                    seen("b", "g0", 10, 20, BookingPhase::Scheduled),
-                ],
-                groups: BTreeMap::new(),
-            }],
-            members: [("i-1".to_owned(), "g0".to_owned())].into(),
-            writes: vec![
-                Write {
-                    replica: 0,
-                    at: t(10),
-                    action: "StopInstances".into(),
-                    ids: vec!["i-1".into()],
-                },
-                Write {
-                    replica: 1,
-                    at: t(25),
-                    action: "StopInstances".into(),
-                    ids: vec!["i-1".into()],
-                },
-            ],
             tenures: vec![
                 Tenure {
                     holder: "r0".into(),
@@ -1663,7 +1648,7 @@ mod tests {
                 },
             ],
             identities: vec!["r0".into(), "r1".into()],
-            ..Observed::default()
+            ..handover_of_g0(&[(0, 10), (1, 25)])
         };
         // At 10, b holds the group (back-to-back): a stop is a violation; at 25 nobody does.
         let stops = check_stops(&o);
