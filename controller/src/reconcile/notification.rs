@@ -142,9 +142,8 @@ pub async fn reconcile(b: Arc<Booking>, ctx: Arc<Context>) -> Result<Action> {
             .await;
     }
     recorded?;
-    let retry = sent.retry;
     let mut wake = due.next;
-    if retry {
+    if sent.retry {
         let at = failed(&ctx, &uid, now);
         wake = Some(wake.map_or(at, |w| w.min(at)));
     } else {

@@ -37,7 +37,9 @@ pub async fn render(s: &Settings, client: &kube::Client) -> String {
 
 /// Whether `frame` shows anything `last` did not, its first line (the clock) aside. Pure.
 pub fn changed(last: Option<&str>, frame: &str) -> bool {
-    let body = |f: &str| f.split_once('\n').map_or("", |(_, rest)| rest).to_owned();
+    fn body(f: &str) -> &str {
+        f.split_once('\n').map_or("", |(_, rest)| rest)
+    }
     last.is_none_or(|last| body(last) != body(frame))
 }
 
