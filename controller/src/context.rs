@@ -32,6 +32,7 @@ use crate::notify::Notifiers;
 use crate::plan::Attempt;
 use crate::regions::AllowedRegions;
 use crate::tags::TagKeys;
+use crate::wakeups::Wakeups;
 
 /// The field manager of every write of the controller, so that `managedFields` (and Argo CD's
 /// diff) tell its writes apart from any other client's.
@@ -93,6 +94,10 @@ pub struct Caches {
     pub resources_synced: Arc<Synced>,
     /// All BookingSchedulers in scope (the scheduler controller's cache).
     pub schedulers: Store<booking_shared::api::BookingScheduler>,
+    /// When each Booking's phase changes next (the Booking controller's timer).
+    pub booking_wakeups: Arc<Wakeups>,
+    /// When each Booking's next notification is due (the notification controller's timer).
+    pub notification_wakeups: Arc<Wakeups>,
 }
 
 /// The Resource reconciler's own state: the AWS layer and its memory of actions.

@@ -17,6 +17,7 @@ use crate::fanout::{Fanout, Synced};
 use crate::index::{BookingIndex, Change};
 use crate::metrics::Metrics;
 use crate::triggers::{ResourceTriggers, bookings_of, of_booking_change};
+use crate::wakeups::Wakeups;
 
 /// The API of kind `K` in `namespace`, or in every namespace when it is empty.
 pub fn api<K>(client: &kube::Client, namespace: &str) -> Api<K>
@@ -43,14 +44,18 @@ fn strip_cached<K: kube::Resource>(obj: &mut K) {
 
 /// What the Booking cache keeps of a Booking: its spec and status, and of its metadata only
 /// what the reconcilers read (name, namespace, uid, resourceVersion, generation, creation and
-/// deletion timestamps). Labels, annotations, owner references and finalizers are never read
-/// from the cache (the scheduler lists its own bookings by label from the API server), and the
-/// status writer patches `status` alone, so nothing dropped here can be written back. This is
-/// the projection that keeps the controller's memory per booking small.
+/// deletion timestamps, and the requested-by annotation that phase Events and notifications
+/// name the booking's creator by). Labels, other annotations, owner references and finalizers
+/// are never read from the cache (the scheduler lists its own bookings by label from the API
+/// server), and the status writer patches `status` alone, so nothing dropped here can be written
+/// back. This is the projection that keeps the controller's memory per booking small.
 fn project_booking(b: &mut Booking) {
     let meta = &mut b.metadata;
     meta.managed_fields = None;
-    meta.annotations = None;
+    meta.annotations = meta.annotations.take().and_then(|mut all| {
+        let by = all.remove_entry(booking_shared::validation::REQUESTED_BY_ANNOTATION)?;
+        Some([by].into())
+    });
     meta.labels = None;
     meta.owner_references = None;
     meta.finalizers = None;
@@ -90,6 +95,7 @@ impl Feeds {
             kube::runtime::reflector::store::<BookingScheduler>();
         metrics.watch_caches(bookings_store.clone(), resources_store.clone());
         let index = Arc::new(BookingIndex::default());
+        let wakeups = [Arc::new(Wakeups::default()), Arc::new(Wakeups::default())];
         let resources_synced = Arc::new(Synced::default());
         let (resource_tx, resource_triggers) = mpsc::unbounded::<ObjectRef<Resource>>();
         let (booking_tx, booking_triggers) = mpsc::unbounded::<ObjectRef<Booking>>();
@@ -123,9 +129,12 @@ impl Feeds {
             ),
             bookings_store.clone(),
             index.clone(),
+            wakeups.clone(),
             booking_fanout,
-            resource_tx.clone(),
-            booking_tx.clone(),
+            Triggers {
+                resources: resource_tx.clone(),
+                bookings: booking_tx.clone(),
+            },
             metrics,
         );
         let resources_feed = resource_feed(
@@ -134,14 +143,19 @@ impl Feeds {
             index.clone(),
             resources_synced.clone(),
             resource_fanout,
-            booking_tx,
-            resource_tx,
+            Triggers {
+                resources: resource_tx,
+                bookings: booking_tx,
+            },
         );
         // The feeds end with the process; the controllers' graceful shutdown stops them first.
         tokio::spawn(bookings_feed);
         tokio::spawn(resources_feed);
+        let [booking_wakeups, notification_wakeups] = wakeups;
         let caches = Caches {
             index,
+            booking_wakeups,
+            notification_wakeups,
             resources: resources_store,
             resources_synced,
             schedulers: schedulers_store,
@@ -166,20 +180,27 @@ where
     kube::runtime::reflector(writer, watcher(api, wc).default_backoff().modify(project))
 }
 
-/// The Booking feed: the index first, then the fan-out, then the triggers its change computes.
+/// The Booking feed: the index first (and a deleted booking's instants out of the Booking and
+/// notification `wakeups`), then the fan-out, then the triggers its change computes.
 fn booking_feed(
     events: impl Stream<Item = Result<watcher::Event<Booking>, watcher::Error>> + Send + 'static,
     store: kube::runtime::reflector::Store<Booking>,
     index: Arc<BookingIndex>,
+    wakeups: [Arc<Wakeups>; 2],
     fanout: Fanout<Booking>,
-    resource_tx: mpsc::UnboundedSender<ObjectRef<Resource>>,
-    booking_tx: mpsc::UnboundedSender<ObjectRef<Booking>>,
+    triggers: Triggers,
     metrics: Metrics,
 ) -> impl std::future::Future<Output = ()> + Send + 'static {
     events.for_each(move |ev| {
         let change = match &ev {
             Ok(watcher::Event::Apply(b)) => index.apply(b),
-            Ok(watcher::Event::Delete(b)) => index.delete(b),
+            Ok(watcher::Event::Delete(b)) => {
+                // A deleted booking is never reconciled again: its instants go with it.
+                for w in &wakeups {
+                    w.forget(b);
+                }
+                index.delete(b)
+            }
             Ok(watcher::Event::InitDone) => index.rebuild(store.state().iter().map(|b| b.as_ref())),
             Ok(_) => Change::default(),
             Err(e) => {
@@ -193,13 +214,20 @@ fn booking_feed(
         metrics.set_active_bookings(i64::try_from(index.in_progress()).unwrap_or(i64::MAX));
         let (resources, bookings) = of_booking_change(&index, change);
         for r in resources {
-            let _ = resource_tx.unbounded_send(r);
+            let _ = triggers.resources.unbounded_send(r);
         }
         for b in bookings {
-            let _ = booking_tx.unbounded_send(b);
+            let _ = triggers.bookings.unbounded_send(b);
         }
         futures::future::ready(())
     })
+}
+
+/// Where the feeds send the references of the objects a change concerns: the Resource and
+/// Booking controllers' trigger streams.
+struct Triggers {
+    resources: mpsc::UnboundedSender<ObjectRef<Resource>>,
+    bookings: mpsc::UnboundedSender<ObjectRef<Booking>>,
 }
 
 /// The Resource feed: marks the first full list, then the fan-out, then wakes the bookings of
@@ -210,8 +238,7 @@ fn resource_feed(
     index: Arc<BookingIndex>,
     synced: Arc<Synced>,
     fanout: Fanout<Resource>,
-    booking_tx: mpsc::UnboundedSender<ObjectRef<Booking>>,
-    resource_tx: mpsc::UnboundedSender<ObjectRef<Resource>>,
+    to: Triggers,
 ) -> impl std::future::Future<Output = ()> + Send + 'static {
     let mut triggers = ResourceTriggers::default();
     // The group each Resource last claimed, to tell when a claimer leaves its group.
@@ -238,7 +265,7 @@ fn resource_feed(
                 .iter()
                 .filter(|r| r.spec.type_ == type_ && r.spec.tag == tag)
             {
-                let _ = resource_tx.unbounded_send(ObjectRef::from_obj(r.as_ref()));
+                let _ = to.resources.unbounded_send(ObjectRef::from_obj(r.as_ref()));
             }
         }
         let concerned = match &ev {
@@ -263,8 +290,44 @@ fn resource_feed(
             }
         };
         for b in bookings_of(&index, &concerned) {
-            let _ = booking_tx.unbounded_send(b);
+            let _ = to.bookings.unbounded_send(b);
         }
         futures::future::ready(())
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use booking_shared::api::BookingSpec;
+    use booking_shared::validation::{REQUESTED_BY_ANNOTATION, requested_by};
+
+    #[test]
+    fn the_cached_booking_keeps_what_reconcilers_read_and_names_its_creator() {
+        let mut b = Booking::new("b", BookingSpec::default());
+        b.metadata.namespace = Some("team".into());
+        b.metadata.annotations = Some(
+            [
+                (REQUESTED_BY_ANNOTATION.to_owned(), "ann".to_owned()),
+                (
+                    "kubectl.kubernetes.io/last-applied-configuration".to_owned(),
+                    "{}".to_owned(),
+                ),
+            ]
+            .into(),
+        );
+        b.metadata.labels = Some([("app".to_owned(), "etl".to_owned())].into());
+        b.metadata.finalizers = Some(vec!["x".into()]);
+        project_booking(&mut b);
+        assert_eq!(requested_by(&b.metadata), Some("ann"));
+        assert_eq!(b.metadata.annotations.as_ref().map(|a| a.len()), Some(1));
+        assert_eq!(b.metadata.labels, None);
+        assert_eq!(b.metadata.finalizers, None);
+        assert_eq!(b.metadata.namespace.as_deref(), Some("team"));
+
+        let mut anonymous = Booking::new("c", BookingSpec::default());
+        anonymous.metadata.annotations = Some([("a".to_owned(), "b".to_owned())].into());
+        project_booking(&mut anonymous);
+        assert_eq!(anonymous.metadata.annotations, None);
+    }
 }

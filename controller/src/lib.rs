@@ -27,3 +27,4 @@ pub mod regions;
 pub mod run;
 pub mod tags;
 pub mod triggers;
+pub mod wakeups;

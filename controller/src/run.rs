@@ -222,9 +222,17 @@ fn controllers(
         scheduler_events,
     } = feeds;
     let inventory = ctx.groups.inventory.clone();
+    // The instants the Booking and notification reconcilers asked to run again at come as
+    // triggers from their timers (see `wakeups`).
+    let booking_wakeups = ctx.caches.booking_wakeups.clone().due(ctx.clock.clone());
+    let notification_wakeups = ctx
+        .caches
+        .notification_wakeups
+        .clone()
+        .due(ctx.clock.clone());
     let booking_controller = Controller::for_shared_stream(booking_events, bookings_store.clone())
         .with_config(config.clone())
-        .reconcile_on(booking_triggers);
+        .reconcile_on(futures::stream::select(booking_triggers, booking_wakeups));
     // Resource reconciles are not bounded: the reconciles of every Resource starting at the same
     // instant run in one pass and send their starts to the executor together, where they join
     // one call. A bound would split 1,000 simultaneous starts into 1,000/bound sequential
@@ -264,7 +272,7 @@ fn controllers(
     let notification_controller =
         Controller::for_shared_stream(notification_events, bookings_store)
             .with_config(config)
-            .reconcile_on(notified);
+            .reconcile_on(futures::stream::select(notified, notification_wakeups));
     async move {
         tokio::join!(
             drive(

@@ -212,7 +212,7 @@ pub async fn reconcile(b: Arc<Booking>, ctx: Arc<Context>) -> Result<Action> {
     if old.status == Some(BookingPhase::Finished)
         && old.observed_generation == b.metadata.generation
     {
-        return Ok(Action::await_change());
+        return Ok(ctx.caches.booking_wakeups.requeue(b.as_ref(), None));
     }
     tracing::debug!("waiting for the caches");
     ctx.caches_ready().await;
@@ -245,10 +245,10 @@ pub async fn reconcile(b: Arc<Booking>, ctx: Arc<Context>) -> Result<Action> {
                 .await;
         }
     }
-    Ok(match judgement.next_boundary {
-        Some(at) => Action::requeue(ctx.until(at)),
-        None => Action::await_change(),
-    })
+    Ok(ctx
+        .caches
+        .booking_wakeups
+        .requeue(b.as_ref(), judgement.next_boundary))
 }
 
 #[cfg(test)]

@@ -87,8 +87,9 @@ fn slot_of(b: &Booking, status: &BookingStatus) -> Option<Slot> {
 pub async fn reconcile(b: Arc<Booking>, ctx: Arc<Context>) -> Result<Action> {
     let uid = b.uid().unwrap_or_default();
     let status = b.status.clone().unwrap_or_default();
+    let wakeups = &ctx.caches.notification_wakeups;
     let Some(slot) = slot_of(&b, &status) else {
-        return Ok(Action::await_change());
+        return Ok(wakeups.requeue(b.as_ref(), None));
     };
     let now = ctx.now();
     let last = last_instant(&b.spec.notifications, &slot);
@@ -104,7 +105,7 @@ pub async fn reconcile(b: Arc<Booking>, ctx: Arc<Context>) -> Result<Action> {
             };
             write_status(&ctx, b.as_ref(), &status, None).await?;
         }
-        return Ok(Action::await_change());
+        return Ok(wakeups.requeue(b.as_ref(), None));
     }
     let group = group_of(&ctx, &b);
     let name = b.name_any();
@@ -116,20 +117,17 @@ pub async fn reconcile(b: Arc<Booking>, ctx: Arc<Context>) -> Result<Action> {
     };
     // While backing off after a failure, other events (status patches) do not trigger retries.
     if let Some(not_before) = backing_off(&ctx, &uid, now) {
-        return Ok(Action::requeue(ctx.until(not_before.min(last))));
+        return Ok(wakeups.requeue(b.as_ref(), Some(not_before.min(last))));
     }
     if let Some(dry) = &ctx.dry_run {
         let sent = upgraded_keys(&status.notifications_sent);
         let due = due(&b.spec.notifications, &sent, &slot, &seen, now);
         would_notify(&ctx, dry, &b, &slot, &due).await;
-        return Ok(match due.next {
-            Some(at) => Action::requeue(ctx.until(at.min(last))),
-            None => Action::await_change(),
-        });
+        return Ok(wakeups.requeue(b.as_ref(), due.next.map(|at| at.min(last))));
     }
     let (current, mut status, due) = match claimed(&ctx, &b, &slot, &seen, now).await? {
         Claimed::Ready(claimed) => *claimed,
-        Claimed::Gone => return Ok(Action::await_change()),
+        Claimed::Gone => return Ok(wakeups.requeue(b.as_ref(), None)),
         Claimed::Changed => return Ok(Action::requeue(std::time::Duration::from_millis(200))),
     };
     let sent = send_due(&ctx, &b, &slot, &due, &mut status, now).await;
@@ -149,11 +147,8 @@ pub async fn reconcile(b: Arc<Booking>, ctx: Arc<Context>) -> Result<Action> {
     } else {
         forget_failures(&ctx, &uid);
     }
-    Ok(match wake {
-        // Never later than the last instant: nothing is sent after it.
-        Some(at) => Action::requeue(ctx.until(at.min(last))),
-        None => Action::await_change(),
-    })
+    // Never later than the last instant: nothing is sent after it.
+    Ok(wakeups.requeue(b.as_ref(), wake.map(|at| at.min(last))))
 }
 
 /// Records in `status.heldAt` that booking `b` holds its group, when a notification of it needs

@@ -23,19 +23,23 @@ pub fn allowed_cpus() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
-/// A `kB` field of `/proc/<pid>/status` (`VmRSS`, `VmHWM`), in MiB.
+/// A `kB` field of `/proc/<pid>/status` (`VmRSS`, `VmHWM`, `RssAnon`, `RssFile`), in MiB.
 pub fn status_mib(pid: u32, field: &str) -> anyhow::Result<f64> {
+    Ok(status_field(pid, field)? / 1024.0)
+}
+
+/// A numeric field of `/proc/<pid>/status` (`Threads`; `kB` fields in kB).
+pub fn status_field(pid: u32, field: &str) -> anyhow::Result<f64> {
     let path = format!("/proc/{pid}/status");
     let text = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
     for line in text.lines() {
         if let Some(rest) = line.strip_prefix(field).and_then(|r| r.strip_prefix(':')) {
-            let kib: f64 = rest
+            return rest
                 .trim()
                 .trim_end_matches("kB")
                 .trim()
                 .parse()
-                .with_context(|| format!("{field} in {path}: {rest:?}"))?;
-            return Ok(kib / 1024.0);
+                .with_context(|| format!("{field} in {path}: {rest:?}"));
         }
     }
     bail!("no {field} in {path}")

@@ -98,18 +98,21 @@ async fn bookings_drive_real_instances_through_the_controller() {
         .create(&pp, &booking("past", "ec2.analytics", now - h * 2, now - h))
         .await
         .unwrap();
-    bookings
-        .create(
-            &pp,
-            &booking(
-                "current",
-                "ec2.analytics",
-                now - chrono::Duration::minutes(1),
-                now + h,
-            ),
-        )
-        .await
-        .unwrap();
+    // As the webhook records its creator (this environment runs the controller alone).
+    let mut current = booking(
+        "current",
+        "ec2.analytics",
+        now - chrono::Duration::minutes(1),
+        now + h,
+    );
+    current.metadata.annotations = Some(
+        [(
+            booking_shared::validation::REQUESTED_BY_ANNOTATION.to_owned(),
+            "system:serviceaccount:ci:deployer".to_owned(),
+        )]
+        .into(),
+    );
+    bookings.create(&pp, &current).await.unwrap();
     let db_start = now + chrono::Duration::seconds(8);
     let db_end = db_start + chrono::Duration::seconds(6);
     bookings
@@ -353,14 +356,23 @@ async fn bookings_drive_real_instances_through_the_controller() {
 
     // Events for the AWS actions.
     let events: Api<Event> = Api::namespaced(e.client.clone(), &e.ns);
-    let reasons: Vec<String> = events
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter_map(|ev| ev.reason)
-        .collect();
+    let listed = events.list(&ListParams::default()).await.unwrap().items;
+    // The phase Event of a booking names its creator (the reconciler reads it from its cache).
+    let started = listed
+        .iter()
+        .find(|ev| {
+            ev.reason.as_deref() == Some("Started")
+                && ev.involved_object.kind.as_deref() == Some("Booking")
+                && ev.involved_object.name.as_deref() == Some("current")
+        })
+        .and_then(|ev| ev.message.clone());
+    assert!(
+        started
+            .as_deref()
+            .is_some_and(|m| m.ends_with("(booking created by system:serviceaccount:ci:deployer)")),
+        "{started:?}"
+    );
+    let reasons: Vec<String> = listed.into_iter().filter_map(|ev| ev.reason).collect();
     for want in ["Started", "Stopped", "Locked", "Unlocked", "Conflict"] {
         assert!(
             reasons.iter().any(|r| r == want),

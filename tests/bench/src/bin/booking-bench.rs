@@ -961,7 +961,23 @@ mod controller {
 
     /// Records the controller's live heap and its allocator's resident pages (the
     /// `booking_controller_heap_*` gauges of its metrics) as `controller_heap_{allocated,resident}_mib_<label>`.
-    async fn record_heap(results: &mut Results, admin: u16, label: &str) -> anyhow::Result<()> {
+    /// The controller's live heap and the allocator's resident pages (its metrics), and how its
+    /// resident set divides: anonymous pages (heap, stacks, the binary's relocated data) and
+    /// file pages (the binary's code and read-only data), and its thread count.
+    async fn record_heap(
+        results: &mut Results,
+        pid: u32,
+        admin: u16,
+        label: &str,
+    ) -> anyhow::Result<()> {
+        for (field, key) in [("RssAnon", "rss_anon_mib"), ("RssFile", "rss_file_mib")] {
+            results.insert(
+                format!("controller_{key}_{label}"),
+                round3(sys::status_mib(pid, field)?),
+            );
+        }
+        let threads = sys::status_field(pid, "Threads")?;
+        results.insert(format!("controller_threads_{label}"), threads);
         let text = http_get(admin, "/metrics").await?;
         for (metric, key) in [
             ("booking_controller_heap_allocated_bytes", "allocated"),
@@ -1190,7 +1206,7 @@ mod controller {
             "controller_rss_mib_0_bookings".into(),
             round3(sys::rss_mib(pid)?),
         );
-        record_heap(results, admin, "0_bookings").await?;
+        record_heap(results, pid, admin, "0_bookings").await?;
 
         // (4) Start latency over staggered bookings, one second apart, on groups of their own
         // (so that the simultaneous bookings below start on groups never booked before).
@@ -1358,7 +1374,7 @@ mod controller {
         }
         let rss = sys::rss_mib(pid)?;
         results.insert("controller_rss_mib_10k_bookings".into(), round3(rss));
-        record_heap(results, admin, "10k_bookings").await?;
+        record_heap(results, pid, admin, "10k_bookings").await?;
         // CPU the controller spent on the creation and reconciles of the 10,000 bookings.
         results.insert(
             "controller_cpu_seconds_10k_bookings".into(),
@@ -1456,7 +1472,7 @@ mod controller {
                 format!("controller_cpu_seconds_{label}"),
                 round3(sys::cpu_seconds(pid)? - cpu0),
             );
-            record_heap(results, admin, &label).await?;
+            record_heap(results, pid, admin, &label).await?;
             for (name, mib) in server.rss_mib() {
                 let name = name.replace('-', "_");
                 results.insert(

@@ -1,0 +1,229 @@
+//! The instants at which the Booking and notification reconcilers must run again (a booking's
+//! start and end, its next notification), in one timer per controller instead of one entry per
+//! booking in kube's controller scheduler.
+//!
+//! kube's scheduler keeps a requeue as a `DelayQueue` entry and a map entry keyed by the whole
+//! object reference (about 560 bytes per booking); with 100,000 bookings scheduled weeks ahead
+//! that is most of the controller's memory beside the cache itself. A [`Wakeups`] keeps each
+//! object's next instant once (about 150 bytes: the instant, and the namespace and name in one
+//! shared string) and sends the object's reference to its controller when the instant comes,
+//! as a trigger. The controller then reconciles it as it would after a requeue: the instant is
+//! computed by the reconciler (time is a parameter of its pure logic), the timer only waits for
+//! it, and nothing is polled.
+//!
+//! Each object has at most one instant: setting a new one replaces the old (a booking that is
+//! edited or reaches its start moves on to its next boundary), and `None` or a deleted booking
+//! removes it. Failures keep kube's own requeue with backoff (see `reconcile::drive`).
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+
+use booking_shared::time::Clock;
+use chrono::{DateTime, Utc};
+use futures::Stream;
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
+use tokio::sync::Notify;
+
+/// The next instant of each object of one controller, in the order they come.
+#[derive(Default)]
+pub struct Wakeups {
+    state: Mutex<State>,
+    /// Woken when an instant earlier than every other is set, so that the timer sleeps until it.
+    earlier: Notify,
+}
+
+#[derive(Default)]
+struct State {
+    /// `namespace/name` → its instant.
+    by_key: HashMap<Arc<str>, DateTime<Utc>>,
+    /// The same entries by instant.
+    queue: BTreeSet<(DateTime<Utc>, Arc<str>)>,
+}
+
+impl State {
+    fn set(&mut self, key: &str, at: Option<DateTime<Utc>>) -> bool {
+        let old = self.by_key.get_key_value(key).map(|(k, t)| (k.clone(), *t));
+        if old.as_ref().map(|(_, t)| *t) == at {
+            return false;
+        }
+        let key = match old {
+            Some((k, t)) => {
+                self.queue.remove(&(t, k.clone()));
+                k
+            }
+            None => Arc::from(key),
+        };
+        match at {
+            Some(at) => {
+                let first = self.queue.first().is_none_or(|(t, _)| at < *t);
+                self.queue.insert((at, key.clone()));
+                self.by_key.insert(key, at);
+                first
+            }
+            None => {
+                self.by_key.remove(&key);
+                false
+            }
+        }
+    }
+
+    /// Removes and returns the first entry due at `now`, or the instant of the first one.
+    fn pop_due(&mut self, now: DateTime<Utc>) -> Result<Arc<str>, Option<DateTime<Utc>>> {
+        match self.queue.first() {
+            Some((at, _)) if *at <= now => {
+                let (_, key) = self.queue.pop_first().ok_or(None)?;
+                self.by_key.remove(&key);
+                Ok(key)
+            }
+            Some((at, _)) => Err(Some(*at)),
+            None => Err(None),
+        }
+    }
+}
+
+fn key(ns: &str, name: &str) -> String {
+    format!("{ns}/{name}")
+}
+
+impl Wakeups {
+    /// Sets (or, with `None`, removes) the next instant of `namespace/name`.
+    pub fn set(&self, ns: &str, name: &str, at: Option<DateTime<Utc>>) {
+        let earliest = self.lock().set(&key(ns, name), at);
+        if earliest {
+            self.earlier.notify_one();
+        }
+    }
+
+    /// The next instant set for `namespace/name`.
+    pub fn get(&self, ns: &str, name: &str) -> Option<DateTime<Utc>> {
+        self.lock().by_key.get(key(ns, name).as_str()).copied()
+    }
+
+    /// How many objects have an instant.
+    pub fn len(&self) -> usize {
+        self.lock().by_key.len()
+    }
+
+    /// Whether no object has an instant.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// What a reconcile of `obj` returns when it must run again at `at` (or only on a change,
+    /// with `None`): the instant is kept here and the controller waits for a change or for it.
+    pub fn requeue<K: kube::Resource>(&self, obj: &K, at: Option<DateTime<Utc>>) -> Action {
+        let meta = obj.meta();
+        self.set(
+            meta.namespace.as_deref().unwrap_or_default(),
+            meta.name.as_deref().unwrap_or_default(),
+            at,
+        );
+        Action::await_change()
+    }
+
+    /// Removes the instant of `obj` (deleted: it is never reconciled again).
+    pub fn forget<K: kube::Resource>(&self, obj: &K) {
+        self.requeue(obj, None);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The references of the objects whose instant has come, each when it comes by `clock`:
+    /// the triggers of their controller. Ends never; meant for one controller's
+    /// `reconcile_on`.
+    pub fn due<K>(self: Arc<Self>, clock: Clock) -> impl Stream<Item = ObjectRef<K>> + Send
+    where
+        K: kube::Resource<DynamicType = ()>,
+    {
+        futures::stream::unfold(self, move |wakeups| {
+            let clock = clock.clone();
+            async move {
+                loop {
+                    // Created before the queue is read: an earlier instant set meanwhile is
+                    // not missed (`notify_one` keeps its permit for this waiter).
+                    let earlier = wakeups.earlier.notified();
+                    let next = wakeups.lock().pop_due(clock());
+                    match next {
+                        Ok(key) => {
+                            drop(earlier);
+                            let (ns, name) = key.split_once('/').unwrap_or(("", &key));
+                            let obj = ObjectRef::new(name).within(ns);
+                            return Some((obj, wakeups));
+                        }
+                        Err(Some(at)) => {
+                            let wait = (at - clock()).to_std().unwrap_or_default();
+                            tokio::select! {
+                                () = tokio::time::sleep(wait) => {}
+                                () = earlier => {}
+                            }
+                        }
+                        Err(None) => earlier.await,
+                    }
+                }
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use booking_shared::api::Booking;
+    use futures::StreamExt;
+
+    fn at(s: &str) -> DateTime<Utc> {
+        booking_shared::time::parse_rfc3339("t", s).unwrap()
+    }
+
+    #[test]
+    fn one_instant_per_object_replaced_or_removed() {
+        let mut s = State::default();
+        assert!(s.set("a/x", Some(at("2031-01-10T10:00:00Z"))));
+        assert!(!s.set("a/y", Some(at("2031-01-10T11:00:00Z"))));
+        assert!(
+            s.set("a/y", Some(at("2031-01-10T09:00:00Z"))),
+            "earliest now"
+        );
+        assert!(!s.set("a/y", Some(at("2031-01-10T09:00:00Z"))), "unchanged");
+        assert_eq!(s.queue.len(), 2);
+        s.set("a/x", None);
+        assert_eq!(s.queue.len(), 1);
+        assert_eq!(s.by_key.len(), 1);
+        assert_eq!(
+            s.pop_due(at("2031-01-10T08:00:00Z")),
+            Err(Some(at("2031-01-10T09:00:00Z")))
+        );
+        assert_eq!(s.pop_due(at("2031-01-10T09:00:00Z")).as_deref(), Ok("a/y"));
+        assert_eq!(s.pop_due(at("2031-01-10T09:00:00Z")), Err(None));
+        assert!(s.by_key.is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn each_object_is_sent_when_its_instant_comes_and_not_before() {
+        let start = at("2031-01-10T10:00:00Z");
+        let origin = tokio::time::Instant::now();
+        let clock: Clock = Arc::new(move || {
+            start + chrono::Duration::from_std(origin.elapsed()).unwrap_or_default()
+        });
+        let w = Arc::new(Wakeups::default());
+        w.set("team", "late", Some(at("2031-01-10T10:00:30Z")));
+        let mut due = Box::pin(w.clone().due::<Booking>(clock.clone()));
+        // An earlier instant set while the timer sleeps for a later one.
+        w.set("team", "early", Some(at("2031-01-10T10:00:10Z")));
+        w.set("team", "gone", Some(at("2031-01-10T10:00:20Z")));
+        w.set("team", "gone", None);
+        let first = due.next().await.unwrap();
+        assert_eq!(first.name, "early");
+        assert_eq!(first.namespace.as_deref(), Some("team"));
+        assert_eq!(clock(), at("2031-01-10T10:00:10Z"));
+        let second = due.next().await.unwrap();
+        assert_eq!(second.name, "late");
+        assert_eq!(clock(), at("2031-01-10T10:00:30Z"));
+        assert!(w.is_empty());
+        let none = tokio::time::timeout(std::time::Duration::from_secs(3600), due.next()).await;
+        assert!(none.is_err(), "nothing more is sent");
+    }
+}
