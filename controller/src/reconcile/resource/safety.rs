@@ -22,8 +22,11 @@ use crate::context::Context;
 /// handover's next booking may have been created just before the boundary; stopping is what
 /// cannot be taken back, so it is confirmed first. One read per stop, filtered on the server by
 /// the CRD's selectable field `spec.resource_name`; a CRD installed without that field (an
-/// older manifest) gets the namespace's whole list instead.
+/// older manifest) gets the namespace's whole list instead. The server scans the namespace's
+/// bookings for each such read, so they are made a few at a time (the context's stop-read
+/// bound).
 pub(super) async fn stop_is_safe(ctx: &Context, ns: &str, name: &str, now: DateTime<Utc>) -> bool {
+    let _turn = ctx.stop_read_permit().await;
     let api = Api::<Booking>::namespaced(ctx.client.clone(), ns);
     let selected = ListParams::default().fields(&format!("{RESOURCE_FIELD}={name}"));
     let listed = match api.list(&selected).await {
