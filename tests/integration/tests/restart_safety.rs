@@ -183,6 +183,86 @@ async fn a_handover_the_booking_watch_has_not_delivered_never_stops_the_group() 
     controller.stop().expect("stop");
 }
 
+/// Groups whose bookings end together confirm their stops a few at a time: each confirmation
+/// costs the API server a scan of the namespace's bookings, and 1,000 of them at once over
+/// 100,000 bookings saturated it (BENCHMARKS.md, 2026-12-03). With the confirming reads held by
+/// the API proxy, exactly two of the four groups' reads reach the API server, no group stops
+/// unconfirmed, and all four stop once the reads are answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stops_ending_together_read_their_bookings_two_at_a_time() {
+    use booking_harness::kube_proxy::KubeFault;
+
+    const GROUPS: usize = 4;
+    const CONFIRMING: &str = "fieldSelector=spec.resource_name";
+    let e = env("restart-stop-reads").await;
+    let home = e.moto.ec2();
+    let pp = PostParams::default();
+    let end = Utc::now() + chrono::Duration::seconds(20);
+    let mut groups = Vec::new();
+    for g in 0..GROUPS {
+        let tag = format!("together-{g}");
+        groups.extend(stopped_group(&home, 1, &tag).await);
+        let name = format!("ec2.{tag}");
+        Api::<Resource>::namespaced(e.client.clone(), &e.ns)
+            .create(&pp, &resource(&name, "ec2", &tag, None))
+            .await
+            .unwrap();
+        Api::<Booking>::namespaced(e.client.clone(), &e.ns)
+            .create(
+                &pp,
+                &booking(&tag, &name, end - chrono::Duration::minutes(5), end),
+            )
+            .await
+            .unwrap();
+    }
+    let (proxy, mut controller) = start_controller_through(
+        &e,
+        booking_harness::free_port().unwrap(),
+        "stop-reads",
+        [KubeFault::stall(CONFIRMING, Duration::from_secs(600))],
+    )
+    .await;
+    wait_for("the four groups running", CONVERGE, || {
+        all_in_state(&home, &groups, "running")
+    })
+    .await;
+    assert!(
+        end - Utc::now() > chrono::Duration::seconds(2),
+        "the controller took too long to start the groups for their common end to be tested"
+    );
+    // The reads that matched the stall so far (each one held unanswered).
+    let reads = || {
+        proxy
+            .pending_faults()
+            .iter()
+            .find(|f| f.path_contains == CONFIRMING)
+            .map_or(0, |f| usize::MAX - f.remaining)
+    };
+    let until_end = (end - Utc::now()).to_std().unwrap_or_default();
+    wait_for(
+        "two confirming reads held",
+        until_end + CONVERGE,
+        || async {
+            match reads() {
+                2 => Ok(()),
+                n => Err(format!("{n} confirming reads")),
+            }
+        },
+    )
+    .await;
+    // A while later: still two (the other groups wait for a turn), and every group still runs,
+    // since none of them had its stop confirmed.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(reads(), 2, "confirming reads in flight at once");
+    all_in_state(&home, &groups, "running").await.unwrap();
+    proxy.clear_faults();
+    wait_for("the four groups stopped", CONVERGE, || {
+        all_in_state(&home, &groups, "stopped")
+    })
+    .await;
+    controller.stop().expect("stop");
+}
+
 /// The kill campaign with one replica: SIGKILLs and SIGTERMs at random moments, an API server
 /// restart after an etcd compaction; every invariant of `booking_tests::campaign` holds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
