@@ -197,7 +197,8 @@ async fn stops_ending_together_read_their_bookings_two_at_a_time() {
     let e = env("restart-stop-reads").await;
     let home = e.moto.ec2();
     let pp = PostParams::default();
-    let end = Utc::now() + chrono::Duration::seconds(20);
+    // Time to start the controller and the four groups on a loaded machine before their end.
+    let end = Utc::now() + chrono::Duration::seconds(30);
     let mut groups = Vec::new();
     for g in 0..GROUPS {
         let tag = format!("together-{g}");
