@@ -113,18 +113,22 @@ impl Wakeups {
     /// What a reconcile of `obj` returns when it must run again at `at` (or only on a change,
     /// with `None`): the instant is kept here and the controller waits for a change or for it.
     pub fn requeue<K: kube::Resource>(&self, obj: &K, at: Option<DateTime<Utc>>) -> Action {
+        self.set_of(obj, at);
+        Action::await_change()
+    }
+
+    /// Removes the instant of `obj` (deleted: it is never reconciled again).
+    pub fn forget<K: kube::Resource>(&self, obj: &K) {
+        self.set_of(obj, None);
+    }
+
+    fn set_of<K: kube::Resource>(&self, obj: &K, at: Option<DateTime<Utc>>) {
         let meta = obj.meta();
         self.set(
             meta.namespace.as_deref().unwrap_or_default(),
             meta.name.as_deref().unwrap_or_default(),
             at,
         );
-        Action::await_change()
-    }
-
-    /// Removes the instant of `obj` (deleted: it is never reconciled again).
-    pub fn forget<K: kube::Resource>(&self, obj: &K) {
-        self.requeue(obj, None);
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
