@@ -31,6 +31,7 @@ use crate::metrics::Metrics;
 use crate::notify::Notifiers;
 use crate::plan::Attempt;
 use crate::regions::AllowedRegions;
+use crate::stop_reads::StopReads;
 use crate::tags::TagKeys;
 use crate::wakeups::Wakeups;
 
@@ -126,7 +127,7 @@ pub struct Groups {
     pub untagged_claim_namespaces: Vec<String>,
 }
 
-/// How many stop confirmations read from the API server at once.
+/// How many namespaces' stop confirmations read from the API server at once.
 const STOP_READS: usize = 2;
 
 /// Everything the reconcilers use.
@@ -143,12 +144,9 @@ pub struct Context {
     /// bounded themselves (Resources), so that 1,000 Resources acting together open tens of
     /// connections to the API server, not 1,000.
     api_writes: Arc<Semaphore>,
-    /// Bounds the consistent reads that confirm a stop (see
-    /// `reconcile::resource::safety::stop_is_safe`): each costs the API server a scan of the
-    /// namespace's bookings, and 1,000 groups stopping together with 100,000 bookings stored
-    /// made 1,000 such scans at once, which the API server answered with timeouts (504) and the
-    /// reconciles' retries made worse. In turns, the stops go out one after another instead.
-    stop_reads: Semaphore,
+    /// The consistent reads that confirm planned stops, shared by the stops of a namespace and
+    /// a few at a time across namespaces (see [`StopReads`]).
+    pub stop_reads: StopReads,
     /// Consecutive failed reconciles per object, for the error policy's backoff.
     retries: Mutex<HashMap<String, u32>>,
     /// Backoff of failed reconciles.
@@ -215,7 +213,7 @@ impl Context {
                 writes: api_writes.clone(),
             },
             api_writes,
-            stop_reads: Semaphore::new(STOP_READS),
+            stop_reads: StopReads::new(STOP_READS),
             retries: Mutex::default(),
             status_memo: Default::default(),
             retry_backoff: Backoff::new(Duration::from_secs(1), Duration::from_secs(300)),
@@ -249,13 +247,6 @@ impl Context {
     /// The delay from now until `at` (zero when it has passed).
     pub fn until(&self, at: DateTime<Utc>) -> Duration {
         (at - self.now()).to_std().unwrap_or_default()
-    }
-
-    /// Waits for a turn to read a Resource's bookings from the API server before a stop; see
-    /// the `stop_reads` bound.
-    pub async fn stop_read_permit(&self) -> Option<SemaphorePermit<'_>> {
-        // Never closed, as `api_writes`.
-        self.stop_reads.acquire().await.ok()
     }
 
     /// Waits for a turn to write to the Kubernetes API; see the `api_writes` bound.

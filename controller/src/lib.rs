@@ -25,6 +25,7 @@ pub mod plan;
 pub mod reconcile;
 pub mod regions;
 pub mod run;
+pub mod stop_reads;
 pub mod tags;
 pub mod triggers;
 pub mod wakeups;

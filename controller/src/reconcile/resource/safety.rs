@@ -2,55 +2,28 @@
 //! cache has not shown yet, and a scheduler about to create the next booking of a handover.
 
 use booking_shared::{
-    api::{Booking, BookingScheduler, RESOURCE_FIELD},
+    api::BookingScheduler,
     arbitration::{BookingView, holder_at},
     schedule::CronSchedule,
 };
 use chrono::{DateTime, Utc};
 use futures::FutureExt as _;
-use kube::{
-    api::{Api, ListParams},
-    runtime::reflector::Store,
-};
+use kube::runtime::reflector::Store;
 
 use crate::context::Context;
 
-/// Whether a planned stop may go out: the API server is asked, in one consistent read of the
+/// Whether a planned stop may go out: the API server is asked, in a consistent read of the
 /// Resource's bookings, whether one of them holds the group at `now`. The Booking cache is
 /// always some way behind the store (a watch resumed after an API server restart can stall for
 /// seconds while the server's own watch cache catches up, with nothing to tell it has), and a
 /// handover's next booking may have been created just before the boundary; stopping is what
-/// cannot be taken back, so it is confirmed first. One read per stop, filtered on the server by
-/// the CRD's selectable field `spec.resource_name`; a CRD installed without that field (an
-/// older manifest) gets the namespace's whole list instead. The server scans the namespace's
-/// bookings for each such read, so they are made a few at a time (the context's stop-read
-/// bound).
+/// cannot be taken back, so it is confirmed first. The stops of a namespace share their reads
+/// (see [`crate::stop_reads`]). A read that fails makes the stop wait.
 pub(super) async fn stop_is_safe(ctx: &Context, ns: &str, name: &str, now: DateTime<Utc>) -> bool {
-    let _turn = ctx.stop_read_permit().await;
-    let api = Api::<Booking>::namespaced(ctx.client.clone(), ns);
-    let selected = ListParams::default().fields(&format!("{RESOURCE_FIELD}={name}"));
-    let listed = match api.list(&selected).await {
-        Err(kube::Error::Api(e)) if e.code == 400 => {
-            tracing::debug!(error = %e, "the Booking CRD has no selectable spec.resource_name; listing the namespace");
-            api.list(&ListParams::default()).await
-        }
-        other => other,
-    };
-    match listed {
-        Ok(all) => {
-            let views: Vec<BookingView> = all
-                .items
-                .iter()
-                .filter(|b| b.spec.resource_name == name)
-                .map(BookingView::of)
-                .collect();
-            holder_at(&views, now).is_none()
-        }
-        Err(e) => {
-            tracing::debug!(error = %e, "a stop waits: its bookings could not be read");
-            false
-        }
-    }
+    ctx.stop_reads
+        .bookings_of(&ctx.client, ns, name)
+        .await
+        .is_some_and(|views| holder_at(&views, now).is_none())
 }
 
 /// How long a booking ending at a fire time of a BookingScheduler of the same Resource waits
