@@ -61,6 +61,12 @@ fn project_booking(b: &mut Booking) {
     meta.finalizers = None;
     meta.generate_name = None;
     meta.self_link = None;
+    if let Some(status) = b.status.as_mut() {
+        // Decoded lists grow by doubling (three conditions take room for four, about 130 bytes
+        // each): a cached status keeps room for what it holds only.
+        status.conditions.shrink_to_fit();
+        status.notifications_sent.shrink_to_fit();
+    }
 }
 
 /// The event streams the controllers are fed from, and the triggers computed from them.
@@ -324,6 +330,28 @@ mod tests {
         assert_eq!(b.metadata.labels, None);
         assert_eq!(b.metadata.finalizers, None);
         assert_eq!(b.metadata.namespace.as_deref(), Some("team"));
+
+        // A status decoded from the bytes the API server sends (three conditions) keeps room
+        // for three only.
+        let sent = serde_json::json!({
+            "apiVersion": "manager.kotaico.de/v1", "kind": "Booking",
+            "metadata": {"name": "d", "namespace": "team"},
+            "spec": {"resource_name": "ec2.etl", "start_at": "2026-12-03T11:00:00Z",
+                     "end_at": "2026-12-03T12:00:00Z"},
+            "status": {"conditions": [
+                {"type": "Ready", "status": "True", "reason": "Scheduled", "message": "m",
+                 "lastTransitionTime": "2026-12-03T10:00:00Z"},
+                {"type": "Conflict", "status": "False", "reason": "NoConflict", "message": "m",
+                 "lastTransitionTime": "2026-12-03T10:00:00Z"},
+                {"type": "ResourceExists", "status": "True", "reason": "Found", "message": "m",
+                 "lastTransitionTime": "2026-12-03T10:00:00Z"},
+            ]},
+        })
+        .to_string();
+        let mut decoded: Booking = serde_json::from_str(&sent).unwrap();
+        project_booking(&mut decoded);
+        let conditions = &decoded.status.as_ref().unwrap().conditions;
+        assert_eq!((conditions.len(), conditions.capacity()), (3, 3));
 
         let mut anonymous = Booking::new("c", BookingSpec::default());
         anonymous.metadata.annotations = Some([("a".to_owned(), "b".to_owned())].into());

@@ -84,11 +84,6 @@ impl StopReads {
         // read: the stop waits.
         rx.await.ok().flatten()
     }
-
-    /// Namespaces with stops waiting or being answered (for tests).
-    pub fn namespaces_reading(&self) -> usize {
-        self.inner.waiting().len()
-    }
 }
 
 /// Removes its namespace's entry when the reading task ends early (dropped with the runtime,
