@@ -3,7 +3,9 @@
 //!
 //! The watch's reflector updates the cache, then hands each event to [`Fanout::send`], which
 //! passes the cached object (an `Arc`, never a copy) to every subscriber: on `Apply` the object
-//! itself, on `InitDone` (a first list or a relist) every object of the cache. Each subscriber
+//! itself, on `InitDone` every object the list brought that the cache did not hold at that
+//! version (on a first list, every object; on a relist after a watch gap, only what changed
+//! during the gap, so that a relist of 100,000 unchanged bookings wakes no reconcile). Each subscriber
 //! is the trigger stream of one `Controller` (`Controller::for_shared_stream`), which looks the
 //! object up again in the cache when its reconcile runs.
 //!
@@ -63,6 +65,9 @@ where
     K::DynamicType: Eq + std::hash::Hash + Clone,
 {
     subscribers: Vec<mpsc::UnboundedSender<Arc<K>>>,
+    /// During a (re)list: the objects the cache held when it began (the reflector swaps the
+    /// listed objects in at `InitDone` only), to tell what the list changed.
+    before: Option<Vec<Arc<K>>>,
 }
 
 impl<K> Default for Fanout<K>
@@ -73,6 +78,7 @@ where
     fn default() -> Self {
         Self {
             subscribers: Vec::new(),
+            before: None,
         }
     }
 }
@@ -91,7 +97,14 @@ where
 
     /// Passes what `event` changed to every subscriber. Call it after the reflector has applied
     /// the event to `cache` (the order `kube::runtime::reflector` yields in).
-    pub fn send(&self, cache: &Store<K>, event: &watcher::Event<K>) {
+    ///
+    /// A (re)list announces, at its `InitDone`, the objects that are new or at another
+    /// `resourceVersion` than the cache held when the list began. An object the list left
+    /// unchanged needs no reconcile: its reconciler saw this very version, and its wake-ups at
+    /// later instants are kept by the controllers. What the gap changed around it (a booking of
+    /// the same Resource gone, a Resource deleted) is announced by the index's and the
+    /// Resource triggers' own comparison of before and after.
+    pub fn send(&mut self, cache: &Store<K>, event: &watcher::Event<K>) {
         match event {
             watcher::Event::Apply(obj) => {
                 let cached = cache
@@ -99,12 +112,39 @@ where
                     .unwrap_or_else(|| Arc::new(obj.clone()));
                 self.to_all(&cached);
             }
-            watcher::Event::InitDone => {
-                for obj in cache.state() {
-                    self.to_all(&obj);
+            // A list that restarts (an error part-way) keeps the first snapshot: the cache is
+            // swapped only at `InitDone`.
+            watcher::Event::Init => {
+                if self.before.is_none() {
+                    self.before = Some(cache.state());
                 }
             }
-            watcher::Event::Delete(_) | watcher::Event::Init | watcher::Event::InitApply(_) => {}
+            watcher::Event::InitDone => {
+                let before = self.before.take().unwrap_or_default();
+                let versions: std::collections::HashMap<
+                    (Option<&str>, Option<&str>),
+                    Option<&str>,
+                > = before
+                    .iter()
+                    .map(|o| {
+                        let meta = o.meta();
+                        (
+                            (meta.namespace.as_deref(), meta.name.as_deref()),
+                            meta.resource_version.as_deref(),
+                        )
+                    })
+                    .collect();
+                for obj in cache.state() {
+                    let meta = obj.meta();
+                    let key = (meta.namespace.as_deref(), meta.name.as_deref());
+                    let unchanged = meta.resource_version.is_some()
+                        && versions.get(&key) == Some(&meta.resource_version.as_deref());
+                    if !unchanged {
+                        self.to_all(&obj);
+                    }
+                }
+            }
+            watcher::Event::Delete(_) | watcher::Event::InitApply(_) => {}
         }
     }
 
@@ -211,5 +251,55 @@ mod tests {
         let mut got = names(&rx.by_ref().collect::<Vec<_>>().await);
         got.sort();
         assert_eq!(got, ["x", "y"]);
+    }
+
+    /// A relist after a watch gap announces only what the gap changed: objects new, or at
+    /// another resourceVersion. A list that restarts part-way compares with the cache as it
+    /// was before the first attempt.
+    #[tokio::test]
+    async fn a_relist_announces_only_what_changed_during_the_gap() {
+        let at = |name: &str, version: &str| {
+            let mut c = cm(name);
+            c.metadata.resource_version = Some(version.into());
+            c
+        };
+        let (store, mut writer) = reflector::store::<ConfigMap>();
+        let mut fanout = Fanout::default();
+        let mut rx = fanout.subscribe();
+        let mut feed = |ev: watcher::Event<ConfigMap>| {
+            writer.apply_watcher_event(&ev);
+            fanout.send(&store, &ev);
+        };
+        for ev in [
+            watcher::Event::Init,
+            watcher::Event::InitApply(at("kept", "1")),
+            watcher::Event::InitApply(at("changed", "1")),
+            watcher::Event::InitApply(at("gone", "1")),
+            watcher::Event::InitDone,
+        ] {
+            feed(ev);
+        }
+        let mut first = names(&rx.by_ref().take(3).collect::<Vec<_>>().await);
+        first.sort();
+        assert_eq!(first, ["changed", "gone", "kept"]);
+        for ev in [
+            watcher::Event::Init,
+            watcher::Event::InitApply(at("kept", "1")),
+            // The list fails part-way and starts again.
+            watcher::Event::Init,
+            watcher::Event::InitApply(at("kept", "1")),
+            watcher::Event::InitApply(at("changed", "7")),
+            watcher::Event::InitApply(at("new", "8")),
+            watcher::Event::InitDone,
+            watcher::Event::Apply(at("kept", "9")),
+        ] {
+            feed(ev);
+        }
+        drop(fanout);
+        let got = names(&rx.by_ref().collect::<Vec<_>>().await);
+        let (mut relisted, after) = (got[..2].to_vec(), &got[2..]);
+        relisted.sort();
+        assert_eq!(relisted, ["changed", "new"]);
+        assert_eq!(after, ["kept"]);
     }
 }

@@ -193,7 +193,7 @@ fn booking_feed(
     store: kube::runtime::reflector::Store<Booking>,
     index: Arc<BookingIndex>,
     wakeups: [Arc<Wakeups>; 2],
-    fanout: Fanout<Booking>,
+    mut fanout: Fanout<Booking>,
     triggers: Triggers,
     metrics: Metrics,
 ) -> impl std::future::Future<Output = ()> + Send + 'static {
@@ -243,7 +243,7 @@ fn resource_feed(
     store: kube::runtime::reflector::Store<Resource>,
     index: Arc<BookingIndex>,
     synced: Arc<Synced>,
-    fanout: Fanout<Resource>,
+    mut fanout: Fanout<Resource>,
     to: Triggers,
 ) -> impl std::future::Future<Output = ()> + Send + 'static {
     let mut triggers = ResourceTriggers::default();
@@ -286,7 +286,7 @@ fn resource_feed(
                         .map(|r| ObjectRef::from_obj(r.as_ref()))
                         .collect()
                 };
-                let concerned = triggers.on_event(ev, relisted, || index.resources());
+                let concerned = triggers.on_event(ev, relisted);
                 fanout.send(&store, ev);
                 concerned
             }

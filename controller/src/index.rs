@@ -225,8 +225,11 @@ impl BookingIndex {
         change
     }
 
-    /// Replaces the whole index after a (re)list: every Resource named before or after is
-    /// concerned, since bookings may have come and gone while no watch was open.
+    /// Replaces the whole index after a (re)list. The Resources concerned are those whose
+    /// bookings differ between the index before and the list (bookings that came, went or
+    /// changed while no watch was open): on a first list every Resource named, on a relist
+    /// after a watch gap only what the gap changed, so that relisting unchanged bookings wakes
+    /// no reconcile.
     pub fn rebuild<'a>(&self, all: impl IntoIterator<Item = &'a Booking>) -> Change {
         let mut fresh = Inner::default();
         for b in all {
@@ -235,7 +238,13 @@ impl BookingIndex {
             }
         }
         let mut inner = self.write();
-        let resources: HashSet<_> = inner.resources().chain(fresh.resources()).collect();
+        let differ = |a: &Inner, b: &Inner| -> Vec<ObjectRef<Resource>> {
+            a.resources().filter(|r| a.group(r) != b.group(r)).collect()
+        };
+        let resources: HashSet<_> = differ(&inner, &fresh)
+            .into_iter()
+            .chain(differ(&fresh, &inner))
+            .collect();
         *inner = fresh;
         drop(inner);
         self.ready.mark();
@@ -392,6 +401,35 @@ mod tests {
         assert_eq!(c.rearbitrate, set(&["r2", "r3"]));
         assert_eq!(idx.len(), 1);
         assert!(idx.of_resource(&res("r2")).is_empty());
+    }
+
+    /// A relist concerns the Resources whose bookings differ from the index before it, and
+    /// only those.
+    #[test]
+    fn a_relist_concerns_only_the_resources_whose_bookings_changed() {
+        let idx = BookingIndex::default();
+        let (a, b, c) = (
+            booking("a", "r1", S, E),
+            booking("b", "r2", S, E),
+            booking("c", "r3", S, E),
+        );
+        let first = idx.rebuild([&a, &b, &c]);
+        assert_eq!(first.resources, set(&["r1", "r2", "r3"]));
+        assert_eq!(idx.rebuild([&a, &b, &c]), Change::default());
+        // During the gap: `b`'s slot moved, `c` went away, `d` came on r4; `a` is untouched.
+        let moved = booking("b", "r2", E, LATER);
+        let d = booking("d", "r4", S, E);
+        let again = idx.rebuild([&a, &moved, &d]);
+        assert_eq!(again.resources, set(&["r2", "r3", "r4"]));
+        assert_eq!(again.rearbitrate, set(&["r2", "r3", "r4"]));
+        // A phase change alone (the Resource's holder) concerns its Resource too.
+        let mut started = a.clone();
+        started.status = Some(BookingStatus {
+            status: Some(BookingPhase::InProgress),
+            ..Default::default()
+        });
+        assert_eq!(idx.rebuild([&started, &moved, &d]).resources, set(&["r1"]));
+        assert_eq!(idx.in_progress(), 1);
     }
 
     #[test]

@@ -91,13 +91,13 @@ pub struct ResourceTriggers {
 
 impl ResourceTriggers {
     /// The Resources whose bookings a Resource watch event concerns. After a full list
-    /// (`relisted`, the Resources now known) every Resource named by a booking
-    /// (`named_by_bookings`) is concerned: any of them may have come or gone meanwhile.
+    /// (`relisted`, the Resources now known) those that appeared or went away since the
+    /// Resources known before it: on a first list every Resource, on a relist after a watch
+    /// gap only those created or deleted during the gap.
     pub fn on_event(
         &mut self,
         event: &Event<Resource>,
         relisted: impl FnOnce() -> Vec<ObjectRef<Resource>>,
-        named_by_bookings: impl FnOnce() -> Vec<ObjectRef<Resource>>,
     ) -> Vec<ObjectRef<Resource>> {
         match event {
             Event::Apply(r) => {
@@ -114,8 +114,9 @@ impl ResourceTriggers {
                 vec![key]
             }
             Event::InitDone => {
-                self.known = relisted().into_iter().collect();
-                named_by_bookings()
+                let now: HashSet<_> = relisted().into_iter().collect();
+                let before = std::mem::replace(&mut self.known, now);
+                before.symmetric_difference(&self.known).cloned().collect()
             }
             Event::Init | Event::InitApply(_) => Vec::new(),
         }
@@ -142,7 +143,7 @@ mod tests {
     }
 
     #[test]
-    fn only_appearance_deletion_and_relists_of_resources_wake_bookings() {
+    fn only_appearance_and_deletion_of_resources_wake_bookings_relisted_or_not() {
         let mut t = ResourceTriggers::default();
         let none = Vec::new;
         struct Step {
@@ -172,6 +173,11 @@ mod tests {
                 want: vec![key("a")],
             },
             Step {
+                what: "another appears",
+                event: Event::Apply(resource("c", 0)),
+                want: vec![key("c")],
+            },
+            Step {
                 what: "a relist starts",
                 event: Event::Init,
                 want: vec![],
@@ -183,23 +189,23 @@ mod tests {
             },
         ];
         for s in steps {
-            assert_eq!(t.on_event(&s.event, none, none), s.want, "{}", s.what);
+            assert_eq!(t.on_event(&s.event, none), s.want, "{}", s.what);
         }
-        // After the relist, every Resource named by a booking is concerned, and the relisted
-        // ones are known: their next update is not an appearance.
-        let named = t.on_event(
-            &Event::InitDone,
-            || vec![key("b")],
-            || vec![key("a"), key("c")],
-        );
-        assert_eq!(named, [key("a"), key("c")]);
-        assert!(
-            t.on_event(&Event::Apply(resource("b", 1)), none, none)
-                .is_empty()
-        );
+        // After the relist, the Resources that came or went during the gap are concerned (`a`
+        // went, `b` came; `c`, known before and after, is not), and the relisted ones are known:
+        // their next update is not an appearance.
+        let mut concerned = t.on_event(&Event::InitDone, || vec![key("b"), key("c")]);
+        concerned.sort_by(|x, y| x.name.cmp(&y.name));
+        assert_eq!(concerned, [key("a"), key("b")]);
+        assert!(t.on_event(&Event::Apply(resource("b", 1)), none).is_empty());
         assert_eq!(
-            t.on_event(&Event::Apply(resource("a", 1)), none, none),
+            t.on_event(&Event::Apply(resource("a", 1)), none),
             [key("a")]
+        );
+        // A relist that changes nothing concerns nothing.
+        assert!(
+            t.on_event(&Event::InitDone, || vec![key("a"), key("b"), key("c")])
+                .is_empty()
         );
     }
 
