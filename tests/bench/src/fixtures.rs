@@ -91,6 +91,16 @@ pub fn booking(name: &str, resource: &str, start: DateTime<Utc>, end: DateTime<U
     })
 }
 
+/// `object` as the API server stores it after a create through the mutating webhook: with the
+/// `manager.kotaico.de/requested-by` annotation it fills in on every create (`by`, the
+/// requesting user). The controller's memory figures use bookings in this shape, as every
+/// booking of a cluster with the webhook installed is.
+pub fn requested_by(mut object: Value, by: &str) -> Value {
+    object["metadata"]["annotations"][booking_shared::validation::REQUESTED_BY_ANNOTATION] =
+        json!(by);
+    object
+}
+
 /// `object` as `kubectl apply` creates it: with labels and the
 /// `kubectl.kubernetes.io/last-applied-configuration` annotation holding the manifest.
 pub fn applied(mut object: Value) -> Value {

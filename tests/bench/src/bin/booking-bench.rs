@@ -1330,7 +1330,7 @@ mod controller {
             "Booking",
             (0..rss_bookings)
                 .map(|i| {
-                    let mut b = layout.booking(i);
+                    let mut b = fixtures::requested_by(layout.booking(i), "bench-user");
                     b["metadata"]["name"] = serde_json::json!(format!("future-{i:05}"));
                     b
                 })
@@ -1442,7 +1442,7 @@ mod controller {
                 "Booking",
                 (rss_bookings..total)
                     .map(|i| {
-                        let mut b = layout.booking(i);
+                        let mut b = fixtures::requested_by(layout.booking(i), "bench-user");
                         b["metadata"]["name"] = serde_json::json!(format!("future-{i:06}"));
                         b
                     })
