@@ -68,6 +68,27 @@ async fn replica(e: &Env, identity: &str, extra: &[(&str, &str)]) -> Replica {
     }
 }
 
+/// The instant process `pid` exits (turns into a zombie, or is gone once reaped), seen by a
+/// thread of its own that looks every 2 ms: an API call of the test that takes long under load
+/// does not delay it. `None` when it still runs after `within`.
+fn watch_exit(pid: u32, within: Duration) -> std::thread::JoinHandle<Option<SystemTime>> {
+    std::thread::spawn(move || {
+        let deadline = std::time::Instant::now() + within;
+        while std::time::Instant::now() < deadline {
+            let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).map(|stat| {
+                // `pid (comm) S …`: the state follows the command's closing parenthesis.
+                stat.rsplit_once(')')
+                    .and_then(|(_, rest)| rest.trim_start().chars().next())
+            });
+            if !matches!(state, Ok(Some(c)) if c != 'Z' && c != 'X') {
+                return Some(SystemTime::now());
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        None
+    })
+}
+
 /// The Lease's holder and acquire time, `None` holder when it is free or absent.
 async fn holder(leases: &Api<Lease>) -> (Option<String>, Option<SystemTime>) {
     let spec = leases
@@ -150,17 +171,14 @@ async fn a_leader_whose_lease_calls_stall_writes_nothing_once_the_standby_took_o
     a.kube
         .inject(KubeFault::stall("/leases/", Duration::from_secs(60)));
     let stalled_at = SystemTime::now();
+    // The old leader's exit is watched meanwhile: it must stop before the takeover.
+    let a_exit = watch_exit(a.process.pid(), Duration::from_secs(25));
 
     // The takeover: the first moment the Lease is seen held by B, or its acquire time when that
     // is earlier (B's clock at the start of the winning attempt, before the write itself).
-    // The old leader's exit is watched meanwhile: it must stop before the takeover.
     let mut seen = None;
-    let mut a_exited = None;
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     while std::time::Instant::now() < deadline {
-        if a_exited.is_none() {
-            a_exited = a.process.try_exit_status().expect("exit status");
-        }
         let polled = SystemTime::now();
         if let (Some(h), acquired) = holder(&leases).await
             && h == "replica-b"
@@ -177,12 +195,22 @@ async fn a_leader_whose_lease_calls_stall_writes_nothing_once_the_standby_took_o
         "the standby waited for the lease duration without a change"
     );
 
-    let status = a_exited.unwrap_or_else(|| {
+    let exited_at = a_exit.join().expect("exit watch").unwrap_or_else(|| {
         panic!(
-            "the old leader still ran when the standby took over\n{}",
+            "the old leader still ran 25 s after its Lease calls stalled\n{}",
             a.process.log_tail(30)
         )
     });
+    assert!(
+        exited_at <= took_over,
+        "the old leader exited at {exited_at:?}, after the standby took over at {took_over:?}\n{}",
+        a.process.log_tail(30)
+    );
+    let status = a
+        .process
+        .try_exit_status()
+        .expect("exit status")
+        .expect("the old leader has exited");
     assert!(
         !status.success(),
         "a lost leadership is an error exit: {status:?}"
