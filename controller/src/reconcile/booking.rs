@@ -8,6 +8,7 @@ use std::sync::Arc;
 use booking_shared::api::{Booking, BookingPhase, BookingStatus, Resource};
 use booking_shared::arbitration::{BookingView, Verdict, arbitrate};
 use chrono::{DateTime, Utc};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
@@ -28,6 +29,21 @@ pub struct EventSpec {
     pub action: &'static str,
     /// The note.
     pub message: String,
+    /// Whether the note ends by naming who created the booking (its requested-by annotation).
+    /// The name is read from the booking as the status write returned it (see [`Self::note`]):
+    /// the cache keeps no annotations.
+    pub names_creator: bool,
+}
+
+impl EventSpec {
+    /// The Event's note about the booking whose metadata is `meta`: the message, followed by
+    /// who created the booking when the Event names the creator and the booking records one.
+    pub fn note(&self, meta: &ObjectMeta) -> String {
+        match booking_shared::validation::requested_by(meta).filter(|_| self.names_creator) {
+            Some(by) => format!("{} (booking created by {by})", self.message),
+            None => self.message.clone(),
+        }
+    }
 }
 
 /// What the reconciler decided for one booking.
@@ -102,14 +118,12 @@ pub fn judge(
             Some(BookingPhase::Scheduled) => (false, "Scheduled"),
             None => (true, "InvalidSpec"),
         };
-        let by = booking_shared::validation::requested_by(&b.metadata)
-            .map(|r| format!(" (booking created by {r})"))
-            .unwrap_or_default();
         events.push(EventSpec {
             warning,
             reason,
             action: "Phase",
-            message: format!("{message}{by}"),
+            message,
+            names_creator: true,
         });
     }
     if !resource_exists
@@ -123,6 +137,7 @@ pub fn judge(
             reason: "ResourceNotFound",
             action: "Lookup",
             message: format!("Resource {resource} does not exist in namespace {ns}"),
+            names_creator: false,
         });
     }
     Judgement {
@@ -237,11 +252,12 @@ pub async fn reconcile(b: Arc<Booking>, ctx: Arc<Context>) -> Result<Action> {
     // merge patch replaces `conditions` whole, so a write from a stale read would drop its
     // condition; a conflict judges the newer version at once (see `drive`).
     let version = b.metadata.resource_version.as_deref();
-    if write_status(&ctx, b.as_ref(), &judgement.status, version).await? {
+    if let Some(written) = write_status(&ctx, b.as_ref(), &judgement.status, version).await? {
         tracing::debug!(phase = ?judgement.status.status, "status written");
         for e in judgement.events {
+            let note = e.note(&written.metadata);
             ctx.events
-                .publish(b.as_ref(), e.warning, e.reason, e.action, e.message)
+                .publish(b.as_ref(), e.warning, e.reason, e.action, note)
                 .await;
         }
     }
@@ -299,13 +315,17 @@ mod tests {
         );
         let j = judge(&b, &[], true, at("2031-01-10T10:30:00Z"));
         assert_eq!(reasons(&j), ["Started"]);
+        let note = j.events[0].note(&b.metadata);
         assert!(
-            j.events[0]
-                .message
-                .ends_with("(booking created by system:serviceaccount:ci:deployer)"),
-            "{}",
-            j.events[0].message
+            note.ends_with("(booking created by system:serviceaccount:ci:deployer)"),
+            "{note}"
         );
+        // Without the annotation the note is the message alone.
+        assert_eq!(j.events[0].note(&Default::default()), j.events[0].message);
+        // The Resource's absence names no creator.
+        let j = judge(&b, &[], false, at("2031-01-10T10:30:00Z"));
+        let missing = j.events.iter().find(|e| e.reason == "ResourceNotFound");
+        assert!(!missing.unwrap().note(&b.metadata).contains("created by"));
     }
 
     #[test]

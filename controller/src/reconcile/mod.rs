@@ -262,13 +262,14 @@ impl StatusMemo {
 /// JSON merge patch of the status subresource (never the spec) computed from the two typed
 /// values. Only what changed is sent; a field `new` leaves out is sent as `null` and so removed.
 /// With `guard`, the patch carries that resourceVersion and fails with a conflict when the
-/// object changed since. Returns whether anything was written.
+/// object changed since. Returns the object as the API server stored it when anything was
+/// written (whole: what the caches drop, such as annotations, is in it), `None` otherwise.
 pub async fn write_status<K: HasStatus>(
     ctx: &Context,
     obj: &K,
     new: &K::Status,
     guard: Option<&str>,
-) -> Result<bool> {
+) -> Result<Option<K>> {
     // A guarded write follows a fresh read: the memo is not needed.
     let memo = (K::ONE_WRITER && guard.is_none())
         .then(|| ctx.status_memo.written(obj))
@@ -279,14 +280,14 @@ pub async fn write_status<K: HasStatus>(
         None => status_value(obj)?,
     };
     let Some(patch) = patch_between(&old_value, &new_value, guard) else {
-        return Ok(false);
+        return Ok(None);
     };
     let _turn = ctx.api_write_permit().await;
-    send_status_patch(&ctx.client, obj, &patch).await?;
+    let written = send_status_patch(&ctx.client, obj, &patch).await?;
     if K::ONE_WRITER {
         ctx.status_memo.remember(obj, new_value);
     }
-    Ok(true)
+    Ok(Some(written))
 }
 
 /// [`write_status`] with `client`, outside a reconcile (no API-write bound, no guard).
@@ -340,15 +341,14 @@ async fn send_status_patch<K: HasStatus>(
     client: &kube::Client,
     obj: &K,
     patch: &Value,
-) -> Result<()> {
+) -> Result<K> {
     let meta = obj.meta();
     let (Some(ns), Some(name)) = (meta.namespace.as_deref(), meta.name.as_deref()) else {
         return Err(Error::Malformed("object has no namespace or name".into()));
     };
-    Api::<K>::namespaced(client.clone(), ns)
+    Ok(Api::<K>::namespaced(client.clone(), ns)
         .patch_status(name, &patch_params(), &Patch::Merge(patch))
-        .await?;
-    Ok(())
+        .await?)
 }
 
 /// The JSON merge patch (RFC 7386) taking `old` to `new`: changed members, `null` for removed

@@ -130,7 +130,9 @@ pub async fn reconcile(b: Arc<Booking>, ctx: Arc<Context>) -> Result<Action> {
         Claimed::Gone => return Ok(wakeups.requeue(b.as_ref(), None)),
         Claimed::Changed => return Ok(Action::requeue(std::time::Duration::from_millis(200))),
     };
-    let sent = send_due(&ctx, &b, &slot, &due, &mut status, now).await;
+    // Who created the booking, from the fresh read (the cache keeps no annotations).
+    let creator = booking_shared::validation::requested_by(&current.metadata);
+    let sent = send_due(&ctx, &b, creator, &slot, &due, &mut status, now).await;
     // The status first (a failed send's claim given back), then the Events: what an Event
     // reports is already what the status shows.
     let recorded = record(&ctx, &b, &current, status, &sent.errors, now).await;
@@ -297,10 +299,12 @@ struct Sent {
 /// Sends the claimed notifications. A failure that may pass (a timeout, a 4xx of the SMTP
 /// server, a webhook error) gives its claim back in `status` and asks for a retry; one that will
 /// not (an unknown type, an unusable recipient, no SMTP server configured, a permanent refusal)
-/// stays recorded as handled: it is reported, not retried.
+/// stays recorded as handled: it is reported, not retried. `creator` is who created the booking
+/// (its requested-by annotation), which the messages name.
 async fn send_due(
     ctx: &Context,
     b: &Booking,
+    creator: Option<&str>,
     slot: &Slot,
     due: &Due,
     status: &mut BookingStatus,
@@ -322,7 +326,7 @@ async fn send_due(
             booking_uid: b.uid().unwrap_or_default(),
             resource: b.spec.resource_name.clone(),
             user: b.spec.user_id.clone(),
-            requested_by: booking_shared::validation::requested_by(&b.metadata).map(str::to_owned),
+            requested_by: creator.map(str::to_owned),
             end: slot.end,
             now,
             event: d.event,

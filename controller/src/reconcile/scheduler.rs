@@ -127,7 +127,7 @@ async fn hold(
         observed_generation: sched.metadata.generation,
         ..old.clone()
     };
-    if write_status(ctx, sched, &status, None).await?
+    if write_status(ctx, sched, &status, None).await?.is_some()
         && let Some(action) = refusal.event
     {
         ctx.events
