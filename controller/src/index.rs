@@ -238,12 +238,11 @@ impl BookingIndex {
             }
         }
         let mut inner = self.write();
-        let differ = |a: &Inner, b: &Inner| -> Vec<ObjectRef<Resource>> {
-            a.resources().filter(|r| a.group(r) != b.group(r)).collect()
-        };
-        let resources: HashSet<_> = differ(&inner, &fresh)
+        // Each Resource named before or after, its bookings compared once.
+        let named: HashSet<_> = inner.resources().chain(fresh.resources()).collect();
+        let resources: HashSet<_> = named
             .into_iter()
-            .chain(differ(&fresh, &inner))
+            .filter(|r| inner.group(r) != fresh.group(r))
             .collect();
         *inner = fresh;
         drop(inner);
