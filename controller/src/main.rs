@@ -10,10 +10,10 @@ use booking_controller::config::Args;
 booking_shared::global_allocator!();
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+async fn main() {
     rustls::crypto::aws_lc_rs::default_provider()
         .install_default()
-        .map_err(|_| anyhow::anyhow!("a rustls crypto provider was already installed"))?;
+        .expect("no other rustls crypto provider is installed before main");
     let args = Args::parse();
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     if args.ops.log_json {
@@ -24,5 +24,5 @@ async fn main() -> anyhow::Result<()> {
     } else {
         tracing_subscriber::fmt().with_env_filter(filter).init();
     }
-    booking_controller::run::run(args).await
+    booking_shared::ops::exit_with(booking_controller::run::run(args).await)
 }

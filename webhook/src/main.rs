@@ -7,18 +7,20 @@ use tracing_subscriber::{EnvFilter, fmt};
 // jemalloc, which returns freed memory to the kernel (see booking_shared::heap).
 booking_shared::global_allocator!();
 
-fn main() -> anyhow::Result<()> {
+fn main() {
     rustls::crypto::aws_lc_rs::default_provider()
         .install_default()
-        .map_err(|_| anyhow::anyhow!("another rustls crypto provider is already installed"))?;
+        .expect("no other rustls crypto provider is installed before main");
     let args = Args::parse();
     fmt()
         .with_env_filter(
             EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
         )
         .init();
-    tokio::runtime::Builder::new_multi_thread()
+    let result = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
-        .build()?
-        .block_on(booking_webhook::run(args))
+        .build()
+        .map_err(anyhow::Error::from)
+        .and_then(|runtime| runtime.block_on(booking_webhook::run(args)));
+    booking_shared::ops::exit_with(result)
 }

@@ -185,6 +185,8 @@ pub struct KubeFault {
     pub method: Option<Method>,
     /// A substring of the request's path and query (`/api/v1/namespaces/x/pods?watch=true`).
     pub path_contains: String,
+    /// More substrings the path and query must all contain ([`and_contains`](Self::and_contains)).
+    pub also_contains: Vec<String>,
     /// The HTTP status, also the Status's `code`.
     pub status: u16,
     /// The Status's `reason` (`InternalError`, `ServiceUnavailable`, ...).
@@ -205,6 +207,7 @@ impl KubeFault {
         KubeFault {
             method: Some(method),
             path_contains: path_contains.to_owned(),
+            also_contains: Vec::new(),
             status,
             reason: reason_of(status).to_owned(),
             message: format!("injected by the test's API proxy: {status}"),
@@ -233,6 +236,14 @@ impl KubeFault {
             method: None,
             ..KubeFault::new(Method::GET, path_contains, status)
         }
+    }
+
+    /// Narrows the fault to paths and queries that also contain `part` (a query parameter
+    /// whatever its place: `limit=`).
+    #[must_use]
+    pub fn and_contains(mut self, part: &str) -> KubeFault {
+        self.also_contains.push(part.to_owned());
+        self
     }
 
     /// Applies the fault `n` times (0 disables it).
@@ -267,6 +278,10 @@ impl KubeFault {
         self.remaining > 0
             && self.method.as_ref().is_none_or(|m| m == method)
             && path_and_query.contains(&self.path_contains)
+            && self
+                .also_contains
+                .iter()
+                .all(|part| path_and_query.contains(part.as_str()))
     }
 }
 
@@ -301,6 +316,10 @@ pub struct KubeRequest {
     pub status: u16,
     /// Whether the proxy answered it with an injected fault.
     pub injected: bool,
+    /// When the proxy received it.
+    pub received: std::time::SystemTime,
+    /// When the head of its answer was sent.
+    pub answered: std::time::SystemTime,
 }
 
 #[derive(Debug, Default)]
@@ -497,6 +516,7 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
 
 async fn handle(req: Request<Incoming>, shared: &Shared) -> Response<ProxyBody> {
     let method = req.method().clone();
+    let received = std::time::SystemTime::now();
     let path = req
         .uri()
         .path_and_query()
@@ -540,6 +560,8 @@ async fn handle(req: Request<Incoming>, shared: &Shared) -> Response<ProxyBody> 
         path,
         status: response.status().as_u16(),
         injected: injected.is_some_and(|f| f.stall.is_none()),
+        received,
+        answered: std::time::SystemTime::now(),
     });
     response
 }
@@ -692,5 +714,21 @@ mod tests {
         ));
         assert_eq!(f.remaining, usize::MAX);
         assert_eq!(KubeFault::new(Method::GET, "/", 500).stall, None);
+    }
+
+    #[test]
+    fn every_extra_part_must_be_contained_wherever_it_stands() {
+        let f = KubeFault::stall("/namespaces/n/bookings?", Duration::from_secs(5))
+            .and_contains("limit=");
+        assert!(f.matches(&Method::GET, "/apis/g/v1/namespaces/n/bookings?&limit=500"));
+        assert!(f.matches(
+            &Method::GET,
+            "/apis/g/v1/namespaces/n/bookings?watch=1&limit=5"
+        ));
+        assert!(!f.matches(
+            &Method::GET,
+            "/apis/g/v1/namespaces/n/bookings?&fieldSelector=x"
+        ));
+        assert!(!f.matches(&Method::GET, "/apis/g/v1/namespaces/m/bookings?&limit=500"));
     }
 }

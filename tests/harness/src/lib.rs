@@ -107,7 +107,23 @@ pub use paths::{TestDir, free_port};
 
 /// Polls `check` every 150 ms until it answers `Ok`, for at most `timeout`; then panics naming
 /// `what` and the last answer (a test's wait for something that must happen).
-pub async fn wait_for<F, Fut>(what: &str, timeout: std::time::Duration, mut check: F)
+pub async fn wait_for<F, Fut>(what: &str, timeout: std::time::Duration, check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = std::result::Result<(), String>>,
+{
+    if let Err(e) = try_wait_for(what, timeout, check).await {
+        panic!("{e}")
+    }
+}
+
+/// [`wait_for`] that returns the failure (naming `what` and the last answer) instead of
+/// panicking, for a test that adds what it saw meanwhile to the report.
+pub async fn try_wait_for<F, Fut>(
+    what: &str,
+    timeout: std::time::Duration,
+    mut check: F,
+) -> std::result::Result<(), String>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = std::result::Result<(), String>>,
@@ -115,9 +131,11 @@ where
     let deadline = std::time::Instant::now() + timeout;
     loop {
         match check().await {
-            Ok(()) => return,
+            Ok(()) => return Ok(()),
             Err(last) if std::time::Instant::now() >= deadline => {
-                panic!("timed out after {timeout:?} waiting for {what}: {last}")
+                return Err(format!(
+                    "timed out after {timeout:?} waiting for {what}: {last}"
+                ));
             }
             Err(_) => tokio::time::sleep(std::time::Duration::from_millis(150)).await,
         }

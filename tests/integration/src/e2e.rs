@@ -90,7 +90,7 @@ pub fn webhook_process(
         .env("WEBHOOK_DRAIN_SECONDS", "0")
 }
 
-pub use booking_harness::wait_for;
+pub use booking_harness::{try_wait_for, wait_for};
 
 /// `n` stopped EC2 instances of the managed group `tag` (the `/` key form); their IDs.
 pub async fn stopped_group(ec2: &aws_sdk_ec2::Client, n: i32, tag: &str) -> Vec<String> {
