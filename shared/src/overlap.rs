@@ -312,6 +312,15 @@ impl Listed {
     }
 }
 
+/// What a reservation adds to its entry in the reserved layer.
+#[derive(Debug)]
+struct Reservation {
+    /// When it stops blocking others.
+    expires: DateTime<Utc>,
+    /// Who made it (the requester's user name), shared with [`OverlapIndex::per_requester`].
+    requester: Arc<str>,
+}
+
 /// The interval index of bookings, see the module documentation.
 #[derive(Default, Debug)]
 pub struct OverlapIndex {
@@ -319,12 +328,13 @@ pub struct OverlapIndex {
     reserved: Layer,
     /// Shared strings of the entries; rebuilt at each relist.
     strings: Interner,
-    /// Expiry of each reservation, by (namespace, name).
-    expiries: HashMap<(String, String), DateTime<Utc>>,
-    /// Who made each reservation (the requester's user name), by (namespace, name).
-    requesters: HashMap<(String, String), String>,
+    /// Each reservation's expiry and requester, by namespace then name (looked up by `&str`:
+    /// reserving and checking allocate no key).
+    reservations: HashMap<Arc<str>, HashMap<Arc<str>, Reservation>>,
+    /// Number of reservations, expired or not.
+    reservation_count: usize,
     /// Number of reservations per requester.
-    per_requester: HashMap<String, usize>,
+    per_requester: HashMap<Arc<str>, usize>,
 }
 
 impl OverlapIndex {
@@ -345,7 +355,28 @@ impl OverlapIndex {
 
     /// Number of reservations, expired or not.
     pub fn reservations(&self) -> usize {
-        self.expiries.len()
+        self.reservation_count
+    }
+
+    /// The reservation of (namespace, name), if any.
+    fn reservation(&self, namespace: &str, name: &str) -> Option<&Reservation> {
+        self.reservations.get(namespace)?.get(name)
+    }
+
+    /// The (namespace, name) of every reservation that `keep` selects.
+    fn reservations_where(
+        &self,
+        keep: impl Fn(&str, &str, &Reservation) -> bool,
+    ) -> Vec<(Arc<str>, Arc<str>)> {
+        self.reservations
+            .iter()
+            .flat_map(|(namespace, names)| {
+                names
+                    .iter()
+                    .filter(|(name, r)| keep(namespace, name, r))
+                    .map(|(name, _)| (namespace.clone(), name.clone()))
+            })
+            .collect()
     }
 
     /// Adds or replaces a stored booking (a watch event). A reservation of the same booking with
@@ -364,17 +395,21 @@ impl OverlapIndex {
 
     /// Forgets the reservation of (namespace, name), if any.
     fn drop_reservation(&mut self, namespace: &str, name: &str) {
-        let key = (namespace.to_owned(), name.to_owned());
-        if self.expiries.remove(&key).is_none() {
+        let Some(names) = self.reservations.get_mut(namespace) else {
             return;
+        };
+        let Some(dropped) = names.remove(name) else {
+            return;
+        };
+        if names.is_empty() {
+            self.reservations.remove(namespace);
         }
+        self.reservation_count -= 1;
         self.reserved.remove(namespace, name);
-        if let Some(requester) = self.requesters.remove(&key)
-            && let Some(n) = self.per_requester.get_mut(&requester)
-        {
+        if let Some(n) = self.per_requester.get_mut(&*dropped.requester) {
             *n -= 1;
             if *n == 0 {
-                self.per_requester.remove(&requester);
+                self.per_requester.remove(&*dropped.requester);
             }
         }
     }
@@ -412,20 +447,15 @@ impl OverlapIndex {
         let listed = std::mem::take(listed);
         self.stored = listed.layer;
         self.strings = listed.strings;
-        let confirmed: Vec<(String, String)> = self
-            .expiries
-            .keys()
-            .filter(|(namespace, name)| {
-                match (
-                    self.reserved.get(namespace, name),
-                    self.stored.get(namespace, name),
-                ) {
-                    (Some(r), Some(b)) => r.slot == b.slot && r.resource_name == b.resource_name,
-                    _ => false,
-                }
-            })
-            .cloned()
-            .collect();
+        let confirmed = self.reservations_where(|namespace, name, _| {
+            match (
+                self.reserved.get(namespace, name),
+                self.stored.get(namespace, name),
+            ) {
+                (Some(r), Some(b)) => r.slot == b.slot && r.resource_name == b.resource_name,
+                _ => false,
+            }
+        });
         for (namespace, name) in confirmed {
             self.drop_reservation(&namespace, &name);
         }
@@ -436,21 +466,22 @@ impl OverlapIndex {
     /// booking). [`OverlapIndex::reservations_by`] counts them per requester.
     pub fn reserve(&mut self, booking: IndexedBooking, expires: DateTime<Utc>, requester: &str) {
         self.drop_reservation(&booking.namespace, &booking.name);
-        let key = (booking.namespace.to_string(), booking.name.to_string());
-        self.expiries.insert(key.clone(), expires);
-        self.requesters.insert(key, requester.to_owned());
-        *self.per_requester.entry(requester.to_owned()).or_default() += 1;
+        let requester = match self.per_requester.get_key_value(requester) {
+            Some((shared, _)) => shared.clone(),
+            None => Arc::from(requester),
+        };
+        *self.per_requester.entry(requester.clone()).or_default() += 1;
+        self.reservations
+            .entry(booking.namespace.clone())
+            .or_default()
+            .insert(booking.name.clone(), Reservation { expires, requester });
+        self.reservation_count += 1;
         self.reserved.insert(booking);
     }
 
     /// Drops the reservations that expired at or before `now`. Returns how many.
     pub fn purge_expired(&mut self, now: DateTime<Utc>) -> usize {
-        let expired: Vec<(String, String)> = self
-            .expiries
-            .iter()
-            .filter(|(_, at)| **at <= now)
-            .map(|(k, _)| k.clone())
-            .collect();
+        let expired = self.reservations_where(|_, _, r| r.expires <= now);
         for (namespace, name) in &expired {
             self.drop_reservation(namespace, name);
         }
@@ -487,9 +518,8 @@ impl OverlapIndex {
             .overlapping(namespace, resource, slot)
             .filter(live)
             .filter(|b| {
-                self.expiries
-                    .get(&(b.namespace.to_string(), b.name.to_string()))
-                    .is_some_and(|at| *at > now)
+                self.reservation(&b.namespace, &b.name)
+                    .is_some_and(|r| r.expires > now)
             })
             .collect();
         let reserved_names: Vec<Arc<str>> = out.iter().map(|b| b.name.clone()).collect();

@@ -379,6 +379,55 @@ fn mutate_defaults_the_scheduler_time_zone_and_template_user() {
     assert_eq!(patched["spec"]["bookingTemplate"]["user_id"], "ann");
 }
 
+/// Hostile nesting in a value no rule reads (`managedFields[].fieldsV1`, 1.9 million levels,
+/// within the 4 MiB body limit), read on a thread with a runtime worker's 2 MiB stack: closed,
+/// it is skipped without recursion and the booking is judged; unclosed, the review is an error.
+/// Neither overflows the stack.
+#[test]
+fn deep_nesting_where_no_rule_reads_neither_overflows_nor_hides_the_booking() {
+    let body = real_review(&Req::create(stored_shape(booking(
+        "ns", "a", "r", 5, 6, "ann",
+    ))));
+    let text = String::from_utf8(body).unwrap();
+    let depth = 1_900_000;
+    let closed = text.replacen(
+        "\"fieldsV1\":{",
+        &format!(
+            "\"fieldsV1\":{}{},\"x\":{{",
+            "[".repeat(depth),
+            "]".repeat(depth)
+        ),
+        1,
+    );
+    let unclosed = text.replacen(
+        "\"fieldsV1\":{",
+        &format!("\"fieldsV1\":{}{{", "[".repeat(depth)),
+        1,
+    );
+    assert!(closed.len() < 4 * 1024 * 1024);
+    std::thread::Builder::new()
+        .stack_size(2 << 20)
+        .spawn(move || {
+            let state = state_with(&[], &[resource("ns", "r")]);
+            let d = admit(&state, Endpoint::Validate, closed.as_bytes());
+            assert_eq!(d.verdict, ReviewResult::Allowed);
+            let held = state_with(
+                &[booking("ns", "held", "r", 4, 7, "bob")],
+                &[resource("ns", "r")],
+            );
+            let d = admit(&held, Endpoint::Validate, closed.as_bytes());
+            assert_eq!(d.verdict, ReviewResult::Denied, "the overlap is still seen");
+            for endpoint in [Endpoint::Validate, Endpoint::Mutate] {
+                let d = admit(&state, endpoint, unclosed.as_bytes());
+                assert_eq!(d.verdict, ReviewResult::Error);
+                assert_eq!(response_of(&d.to_json())["status"]["code"], 400);
+            }
+        })
+        .unwrap()
+        .join()
+        .expect("no stack overflow");
+}
+
 #[test]
 fn malformed_reviews_get_an_error_review_not_a_panic() {
     let state = state_with(&[], &[]);
