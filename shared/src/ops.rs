@@ -130,9 +130,10 @@ pub async fn shutdown_signal() {
 }
 
 /// Ends the process with what `result` says: status 0, or the error's whole chain on stderr as
-/// one line (`Error: …`, as a `main` returning it would print) and status 1. At once: a fatal error such as a lost Lease must stop the process
-/// before a standby takes over, so neither a backtrace (symbolizing one takes seconds when
-/// `RUST_BACKTRACE` is set) nor the runtime's wait for blocking tasks may delay the exit.
+/// one line (`Error: …`, as a `main` returning it would print) and status 1. At once: a fatal
+/// error such as a lost Lease must stop the process before a standby takes over, so neither a
+/// backtrace (symbolizing one takes seconds when `RUST_BACKTRACE` is set) nor the runtime's
+/// wait for blocking tasks may delay the exit.
 pub fn exit_with<E: std::fmt::Display>(result: Result<(), E>) -> ! {
     match result {
         Ok(()) => std::process::exit(0),
