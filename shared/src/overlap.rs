@@ -331,8 +331,6 @@ pub struct OverlapIndex {
     /// Each reservation's expiry and requester, by namespace then name (looked up by `&str`:
     /// reserving and checking allocate no key).
     reservations: HashMap<Arc<str>, HashMap<Arc<str>, Reservation>>,
-    /// Number of reservations, expired or not.
-    reservation_count: usize,
     /// Number of reservations per requester.
     per_requester: HashMap<Arc<str>, usize>,
 }
@@ -355,7 +353,7 @@ impl OverlapIndex {
 
     /// Number of reservations, expired or not.
     pub fn reservations(&self) -> usize {
-        self.reservation_count
+        self.reserved.len
     }
 
     /// The reservation of (namespace, name), if any.
@@ -404,7 +402,6 @@ impl OverlapIndex {
         if names.is_empty() {
             self.reservations.remove(namespace);
         }
-        self.reservation_count -= 1;
         self.reserved.remove(namespace, name);
         if let Some(n) = self.per_requester.get_mut(&*dropped.requester) {
             *n -= 1;
@@ -475,7 +472,6 @@ impl OverlapIndex {
             .entry(booking.namespace.clone())
             .or_default()
             .insert(booking.name.clone(), Reservation { expires, requester });
-        self.reservation_count += 1;
         self.reserved.insert(booking);
     }
 
