@@ -195,6 +195,12 @@ struct Layer {
     trees: HashMap<Arc<str>, HashMap<Arc<str>, Tree>>,
     names: HashMap<Arc<str>, Placed>,
     len: usize,
+    /// Whether the maps and trees that a removal empties stay, for the next insert of the same
+    /// namespace and Resource to reuse, until [`Layer::prune_empty`]. The reserved layer keeps
+    /// them: its entries come and go one create at a time (most creates find it empty again,
+    /// their previous reservation confirmed by the watch), and rebuilding the namespace's maps
+    /// and the Resource's tree for each one was most of a reservation's cost.
+    keep_empty: bool,
 }
 
 impl Layer {
@@ -221,20 +227,29 @@ impl Layer {
     fn remove(&mut self, namespace: &str, name: &str) -> Option<IndexedBooking> {
         let names = self.names.get_mut(namespace)?;
         let (resource, slot) = names.remove(name)?;
-        if names.is_empty() {
+        if names.is_empty() && !self.keep_empty {
             self.names.remove(namespace);
         }
         self.len -= 1;
         let trees = self.trees.get_mut(namespace)?;
         let tree = trees.get_mut(&*resource)?;
         let removed = tree.remove(slot, name);
-        if tree.is_empty() {
+        if tree.is_empty() && !self.keep_empty {
             trees.remove(&*resource);
             if trees.is_empty() {
                 self.trees.remove(namespace);
             }
         }
         removed
+    }
+
+    /// Drops the emptied maps and trees that [`Layer::keep_empty`] kept.
+    fn prune_empty(&mut self) {
+        self.names.retain(|_, names| !names.is_empty());
+        self.trees.retain(|_, trees| {
+            trees.retain(|_, tree| !tree.is_empty());
+            !trees.is_empty()
+        });
     }
 
     fn get(&self, namespace: &str, name: &str) -> Option<&IndexedBooking> {
@@ -322,17 +337,37 @@ struct Reservation {
 }
 
 /// The interval index of bookings, see the module documentation.
-#[derive(Default, Debug)]
+#[derive(Debug)]
 pub struct OverlapIndex {
     stored: Layer,
     reserved: Layer,
     /// Shared strings of the entries; rebuilt at each relist.
     strings: Interner,
     /// Each reservation's expiry and requester, by namespace then name (looked up by `&str`:
-    /// reserving and checking allocate no key).
+    /// reserving and checking allocate no key). A namespace's map stays when emptied, like the
+    /// reserved layer's, until the next purge that finds something expired.
     reservations: HashMap<Arc<str>, HashMap<Arc<str>, Reservation>>,
-    /// Number of reservations per requester.
+    /// Number of reservations per requester (a requester at 0 stays until that purge too).
     per_requester: HashMap<Arc<str>, usize>,
+    /// No reservation expires before this instant (`None`: there is none): a purge before it
+    /// has nothing to look at. Dropping reservations leaves it as it is, still a lower bound.
+    earliest_expiry: Option<DateTime<Utc>>,
+}
+
+impl Default for OverlapIndex {
+    fn default() -> Self {
+        Self {
+            stored: Layer::default(),
+            reserved: Layer {
+                keep_empty: true,
+                ..Layer::default()
+            },
+            strings: Interner::default(),
+            reservations: HashMap::new(),
+            per_requester: HashMap::new(),
+            earliest_expiry: None,
+        }
+    }
 }
 
 impl OverlapIndex {
@@ -399,15 +434,9 @@ impl OverlapIndex {
         let Some(dropped) = names.remove(name) else {
             return;
         };
-        if names.is_empty() {
-            self.reservations.remove(namespace);
-        }
         self.reserved.remove(namespace, name);
         if let Some(n) = self.per_requester.get_mut(&*dropped.requester) {
             *n -= 1;
-            if *n == 0 {
-                self.per_requester.remove(&*dropped.requester);
-            }
         }
     }
 
@@ -468,19 +497,37 @@ impl OverlapIndex {
             None => Arc::from(requester),
         };
         *self.per_requester.entry(requester.clone()).or_default() += 1;
-        self.reservations
-            .entry(booking.namespace.clone())
-            .or_default()
-            .insert(booking.name.clone(), Reservation { expires, requester });
+        match self.reservations.get_mut(&*booking.namespace) {
+            Some(names) => names.insert(booking.name.clone(), Reservation { expires, requester }),
+            None => self
+                .reservations
+                .entry(booking.namespace.clone())
+                .or_default()
+                .insert(booking.name.clone(), Reservation { expires, requester }),
+        };
+        self.earliest_expiry = Some(self.earliest_expiry.map_or(expires, |e| e.min(expires)));
         self.reserved.insert(booking);
     }
 
-    /// Drops the reservations that expired at or before `now`. Returns how many.
+    /// Drops the reservations that expired at or before `now`. Returns how many. Costs nothing
+    /// before the earliest expiry; a purge that looks also drops the maps that reservations
+    /// emptied.
     pub fn purge_expired(&mut self, now: DateTime<Utc>) -> usize {
+        if self.earliest_expiry.is_none_or(|e| now < e) {
+            return 0;
+        }
         let expired = self.reservations_where(|_, _, r| r.expires <= now);
         for (namespace, name) in &expired {
             self.drop_reservation(namespace, name);
         }
+        self.reservations.retain(|_, names| !names.is_empty());
+        self.per_requester.retain(|_, n| *n > 0);
+        self.reserved.prune_empty();
+        self.earliest_expiry = self
+            .reservations
+            .values()
+            .flat_map(|names| names.values().map(|r| r.expires))
+            .min();
         expired.len()
     }
 
@@ -679,6 +726,69 @@ mod tests {
         assert_eq!(idx.reservations_by("ann"), 0);
         assert_eq!(idx.purge_expired(t(0) + Duration::seconds(61)), 1);
         assert_eq!((idx.reservations_by("bob"), idx.reservations()), (0, 0));
+    }
+
+    #[test]
+    fn emptied_reservation_maps_are_reused_until_a_purge_finds_an_expiry() {
+        let mut idx = OverlapIndex::new();
+        let (early, late) = (t(0) + Duration::seconds(30), t(0) + Duration::seconds(60));
+        idx.reserve(entry("a", "one", "r", 1, 2), late, "ann");
+        idx.reserve(entry("b", "two", "r", 1, 2), early, "bob");
+        // Confirmed by the watch: the namespace's maps and the Resource's tree stay.
+        idx.upsert(entry("a", "one", "r", 1, 2));
+        assert_eq!((idx.reservations(), idx.reservations_by("ann")), (1, 0));
+        assert!(idx.reserved.names.contains_key("a") && idx.reserved.trees.contains_key("a"));
+        assert!(idx.reservations.contains_key("a"));
+        // Reused by the next reservation of that namespace, which still blocks and is counted.
+        idx.reserve(entry("a", "three", "r", 3, 4), late, "ann");
+        assert_eq!(
+            names(idx.conflicts("a", "rival", "r", slot(3, 4), t(0))),
+            ["three"]
+        );
+        assert_eq!(idx.reservations_by("ann"), 1);
+        idx.upsert(entry("a", "three", "r", 3, 4));
+        // Before the earliest expiry a purge drops nothing, and keeps the emptied maps.
+        assert_eq!(idx.purge_expired(early - Duration::seconds(1)), 0);
+        assert!(idx.reserved.names.contains_key("a"));
+        // At it, the expired reservation goes, and so does every emptied map.
+        assert_eq!(idx.purge_expired(early), 1);
+        assert_eq!(idx.reservations(), 0);
+        assert!(idx.reserved.names.is_empty() && idx.reserved.trees.is_empty());
+        assert!(idx.reservations.is_empty() && idx.per_requester.is_empty());
+        assert_eq!(idx.earliest_expiry, None);
+        // The stored layer removes emptied maps at once, as before.
+        idx.remove("a", "one");
+        idx.remove("a", "three");
+        assert!(idx.stored.names.is_empty() && idx.stored.trees.is_empty());
+        assert!(idx.is_empty());
+    }
+
+    #[test]
+    fn a_purge_looks_again_at_the_earliest_expiry_left() {
+        let mut idx = OverlapIndex::new();
+        idx.reserve(
+            entry("a", "one", "r", 1, 2),
+            t(0) + Duration::seconds(30),
+            "ann",
+        );
+        idx.reserve(
+            entry("a", "two", "r", 3, 4),
+            t(0) + Duration::seconds(90),
+            "ann",
+        );
+        assert_eq!(idx.purge_expired(t(0) + Duration::seconds(30)), 1);
+        assert_eq!(idx.earliest_expiry, Some(t(0) + Duration::seconds(90)));
+        // A reservation dropped (confirmed) leaves a bound that is still lower than the rest.
+        idx.reserve(
+            entry("a", "three", "r", 5, 6),
+            t(0) + Duration::seconds(40),
+            "ann",
+        );
+        idx.upsert(entry("a", "three", "r", 5, 6));
+        assert_eq!(idx.purge_expired(t(0) + Duration::seconds(50)), 0);
+        assert_eq!(idx.earliest_expiry, Some(t(0) + Duration::seconds(90)));
+        assert_eq!(idx.purge_expired(t(0) + Duration::seconds(90)), 1);
+        assert_eq!((idx.reservations(), idx.earliest_expiry), (0, None));
     }
 
     #[test]
