@@ -165,3 +165,47 @@ pub fn response_of(body: &[u8]) -> Value {
     assert_eq!(v["kind"], "AdmissionReview", "{v}");
     v["response"].clone()
 }
+
+/// A Booking as the API server stores and sends it: managedFields, labels, annotations, a
+/// status, notifications.
+pub fn stored_shape(mut object: Value) -> Value {
+    let meta = &mut object["metadata"];
+    meta["uid"] = json!("9c1b7c1e-5d3a-4c55-9d0a-6d1f7e0b2a11");
+    meta["resourceVersion"] = json!("48213");
+    meta["generation"] = json!(1);
+    meta["creationTimestamp"] = json!("2030-06-01T11:58:02Z");
+    meta["labels"] = json!({"app.kubernetes.io/name": "analytics", "team": "data-platform"});
+    meta["annotations"] = json!({
+        "kubectl.kubernetes.io/last-applied-configuration": "{\"apiVersion\":\"manager.kotaico.de/v1\"}\n",
+        "manager.kotaico.de/requested-by": "ann",
+    });
+    meta["managedFields"] = json!([
+        {"manager": "kubectl-client-side-apply", "operation": "Update",
+         "apiVersion": "manager.kotaico.de/v1", "time": "2030-06-01T11:58:02Z",
+         "fieldsType": "FieldsV1",
+         "fieldsV1": {"f:metadata": {"f:annotations": {".": {}, "f:kubectl.kubernetes.io/last-applied-configuration": {}}},
+                      "f:spec": {".": {}, "f:end_at": {}, "f:resource_name": {}, "f:start_at": {}}}},
+        {"manager": "booking-controller", "operation": "Update", "apiVersion": "manager.kotaico.de/v1",
+         "time": "2030-06-01T11:58:03Z", "fieldsType": "FieldsV1", "subresource": "status",
+         "fieldsV1": {"f:status": {".": {}, "f:status": {}}}},
+    ]);
+    meta["finalizers"] = json!(["manager.kotaico.de/release"]);
+    object["spec"]["notifications"] = json!([{"type": "email", "recipient": "ann@example.com"}]);
+    object["status"] = json!({"status": "SCHEDULED"});
+    object
+}
+
+/// A review as the API server sends it (requestKind, requestResource, userInfo with groups and
+/// extra, options), around `req`'s.
+pub fn real_review(req: &Req) -> Vec<u8> {
+    let mut review: Value = serde_json::from_slice(&req.body()).unwrap();
+    let r = &mut review["request"];
+    r["requestKind"] = r["kind"].clone();
+    r["requestResource"] = r["resource"].clone();
+    r["userInfo"]["groups"] = json!(["system:masters", "system:authenticated"]);
+    r["userInfo"]["extra"] =
+        json!({"authentication.kubernetes.io/credential-id": ["X509SHA256=ab12"]});
+    r["options"] = json!({"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1",
+        "fieldManager": "kubectl-client-side-apply", "fieldValidation": "Strict"});
+    serde_json::to_vec(&review).unwrap()
+}
