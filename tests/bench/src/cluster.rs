@@ -134,9 +134,37 @@ async fn install_crds(client: &kube::Client) -> anyhow::Result<()> {
 
 /// The API of one of the operator's kinds in the bench namespace.
 pub fn api(client: &kube::Client, plural: &str, kind: &str) -> Api<DynamicObject> {
+    api_in(client, fixtures::NAMESPACE, plural, kind)
+}
+
+/// [`api`] in `namespace`.
+pub fn api_in(
+    client: &kube::Client,
+    namespace: &str,
+    plural: &str,
+    kind: &str,
+) -> Api<DynamicObject> {
     let gvk = GroupVersionKind::gvk(booking_shared::api::GROUP, "v1", kind);
     let ar = ApiResource::from_gvk_with_plural(&gvk, plural);
-    Api::namespaced_with(client.clone(), fixtures::NAMESPACE, &ar)
+    Api::namespaced_with(client.clone(), namespace, &ar)
+}
+
+/// Creates [`fixtures::OPTED_OUT_NAMESPACE`], labelled so that the shipped webhook
+/// configurations skip it ([`fixtures::ADMISSION_OPT_OUT`]).
+///
+/// # Errors
+/// The API server's answer.
+pub async fn create_opted_out_namespace(client: &kube::Client) -> anyhow::Result<()> {
+    let (key, value) = fixtures::ADMISSION_OPT_OUT;
+    let ns: Namespace = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "Namespace",
+        "metadata": {"name": fixtures::OPTED_OUT_NAMESPACE, "labels": {key: value}}
+    }))?;
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .context("creating the namespace that opts out of the webhooks")?;
+    Ok(())
 }
 
 /// What creating many objects cost.

@@ -6,6 +6,15 @@ use serde_json::{Value, json};
 /// Namespace of the benchmark's bookings.
 pub const NAMESPACE: &str = "bench";
 
+/// A namespace that opts out of both webhooks by the label the shipped configurations'
+/// `namespaceSelector` excludes ([`ADMISSION_OPT_OUT`]): the creates without the webhook of the
+/// paired create-latency figures, beside creates in [`NAMESPACE`] with it.
+pub const OPTED_OUT_NAMESPACE: &str = "bench-admission-disabled";
+
+/// The label (key, value) of a namespace that the shipped webhook configurations skip
+/// (`manifests/webhook/webhook-configurations.yaml`).
+pub const ADMISSION_OPT_OUT: (&str, &str) = ("manager.kotaico.de/admission", "disabled");
+
 /// Layout of the indexed bookings: `count` bookings spread round-robin over `groups` Resources,
 /// each one hour long, two hours apart on its Resource, from `base` on.
 #[derive(Debug, Clone, Copy)]
@@ -37,10 +46,16 @@ impl Layout {
 
     /// Booking number `i` of the layout.
     pub fn booking(&self, i: usize) -> Value {
+        self.booking_in(NAMESPACE, i)
+    }
+
+    /// Booking number `i` of the layout, in `namespace`.
+    pub fn booking_in(&self, namespace: &str, i: usize) -> Value {
         let group = i % self.groups;
         let round = i32::try_from(i / self.groups).unwrap_or(i32::MAX);
         let start = self.base + Duration::hours(2) * round;
-        booking(
+        booking_in(
+            namespace,
             &format!("b-{i:05}"),
             &Self::resource(group),
             start,
@@ -77,10 +92,21 @@ fn rfc3339(t: DateTime<Utc>) -> String {
 
 /// A Booking object.
 pub fn booking(name: &str, resource: &str, start: DateTime<Utc>, end: DateTime<Utc>) -> Value {
+    booking_in(NAMESPACE, name, resource, start, end)
+}
+
+/// [`booking`] in `namespace`.
+pub fn booking_in(
+    namespace: &str,
+    name: &str,
+    resource: &str,
+    start: DateTime<Utc>,
+    end: DateTime<Utc>,
+) -> Value {
     json!({
         "apiVersion": "manager.kotaico.de/v1",
         "kind": "Booking",
-        "metadata": {"name": name, "namespace": NAMESPACE},
+        "metadata": {"name": name, "namespace": namespace},
         "spec": {
             "resource_name": resource,
             "start_at": rfc3339(start),

@@ -101,6 +101,11 @@ struct Args {
     /// for the create-latency figures.
     #[arg(long, default_value_t = 500)]
     create_samples: usize,
+    /// Pairs of creates of the paired create-latency figures (the goal's
+    /// `webhook_added_p{50,99}_ms_real_create_10k`): one create where the webhook is called and
+    /// one in a namespace that opts out of it, back to back, alternating which goes first.
+    #[arg(long, default_value_t = 5_000)]
+    paired_creates: usize,
     /// Ends the controller section after its start-latency parts, without the memory part
     /// (10,000 bookings and a relist): for quick before/after runs of the start figures.
     #[arg(long)]
@@ -123,6 +128,7 @@ fn main() -> anyhow::Result<()> {
         args.rounds = 1;
         args.connections = args.connections.min(4);
         args.create_samples = args.create_samples.min(20);
+        args.paired_creates = args.paired_creates.min(20);
     }
     if sys::allowed_cpus() < 2 {
         // One CPU: pinning apart is impossible; everything shares it.
@@ -458,6 +464,100 @@ mod webhook {
         Ok(samples)
     }
 
+    /// The paired create-latency samples.
+    struct Paired {
+        /// Creates where the webhook was called.
+        with: Samples,
+        /// Creates in the namespace that opts out of it.
+        without: Samples,
+        /// The added p99 (with minus without) of each fifth of the pairs, in order: how much
+        /// the figure moves within one run.
+        added_p99_by_part: Vec<f64>,
+    }
+
+    /// `count` pairs of creates, bookings `from..from + count` of the layout in the 10k
+    /// namespace (the webhook called) and the same bookings in the namespace that opts out
+    /// ([`fixtures::OPTED_OUT_NAMESPACE`], created here), back to back and alternating which
+    /// goes first. Checks first, by the webhook's decision counters, that the API server calls
+    /// the webhook for the one and not for the other.
+    async fn paired_creates(
+        client: &kube::Client,
+        webhook: &Webhook,
+        layout: &Layout,
+        from: usize,
+        count: usize,
+    ) -> anyhow::Result<Paired> {
+        cluster::create_opted_out_namespace(client).await?;
+        let hooked = cluster::api(client, "bookings", "Booking");
+        let opted_out =
+            cluster::api_in(client, fixtures::OPTED_OUT_NAMESPACE, "bookings", "Booking");
+        let create = |api: &Api<DynamicObject>, namespace: &'static str, i: usize| {
+            let api = api.clone();
+            let value = layout.booking_in(namespace, i);
+            async move {
+                let obj: DynamicObject = serde_json::from_value(value)?;
+                let t = std::time::Instant::now();
+                api.create(&PostParams::default(), &obj)
+                    .await
+                    .with_context(|| {
+                        format!("creating booking {i} of the layout in {namespace}")
+                    })?;
+                anyhow::Ok(t.elapsed())
+            }
+        };
+        // The check, which doubles as the warm-up of both namespaces.
+        for i in from..from + 5 {
+            let before = booking_decisions(webhook).await?;
+            create(&opted_out, fixtures::OPTED_OUT_NAMESPACE, i).await?;
+            let middle = booking_decisions(webhook).await?;
+            create(&hooked, fixtures::NAMESPACE, i).await?;
+            let after = booking_decisions(webhook).await?;
+            ensure!(
+                middle == before,
+                "the API server called the webhook for a create in {} (decisions {before:?} -> {middle:?}): the opt-out label no longer matches the shipped configurations",
+                fixtures::OPTED_OUT_NAMESPACE
+            );
+            ensure!(
+                after.0 > middle.0 && after.1 > middle.1,
+                "the API server did not call both webhooks for a create in {} (decisions {middle:?} -> {after:?})",
+                fixtures::NAMESPACE
+            );
+        }
+        let mut paired = Paired {
+            with: Samples::default(),
+            without: Samples::default(),
+            added_p99_by_part: Vec::new(),
+        };
+        let part = count.div_ceil(5).max(1);
+        let (mut part_with, mut part_without) = (Samples::default(), Samples::default());
+        for (k, i) in (from + 5..from + 5 + count).enumerate() {
+            let (w, o) = if k % 2 == 0 {
+                let w = create(&hooked, fixtures::NAMESPACE, i).await?;
+                (
+                    w,
+                    create(&opted_out, fixtures::OPTED_OUT_NAMESPACE, i).await?,
+                )
+            } else {
+                let o = create(&opted_out, fixtures::OPTED_OUT_NAMESPACE, i).await?;
+                (create(&hooked, fixtures::NAMESPACE, i).await?, o)
+            };
+            part_with.push(w);
+            part_without.push(o);
+            if part_with.len() == part || k + 1 == count {
+                if let (Some(a), Some(b)) =
+                    (part_with.quantile_ms(0.99), part_without.quantile_ms(0.99))
+                {
+                    paired.added_p99_by_part.push(round3(a - b));
+                }
+                paired.with.extend(&part_with);
+                paired.without.extend(&part_without);
+                part_with = Samples::default();
+                part_without = Samples::default();
+            }
+        }
+        Ok(paired)
+    }
+
     /// Checks that the webhook denies a booking overlapping the first indexed one (its index
     /// holds the bookings) and admits the free probe.
     async fn check_index(
@@ -690,9 +790,6 @@ mod webhook {
                 }
             }
         }
-        if registered {
-            configs.unregister(&full.client).await?;
-        }
         let q = |s: &Samples, q: f64| s.quantile_ms(q).context("no create latency samples");
         let (w50, w99, o50, o99) = (
             q(&with, 0.5)?,
@@ -706,6 +803,42 @@ mod webhook {
         results.insert("booking_create_p99_ms_without_webhook".into(), round3(o99));
         results.insert("webhook_added_create_p50_ms".into(), round3(w50 - o50));
         results.insert("webhook_added_create_p99_ms".into(), round3(w99 - o99));
+
+        // (2c) The same, paired: with the configurations registered, each create where the
+        // webhook is called (the 10k namespace) is followed or preceded by one in a namespace
+        // that opts out of it by the shipped namespaceSelector, so both settings share the
+        // machine's and etcd's moments instead of taking turns in blocks.
+        if !registered {
+            configs.register(&full.client).await?;
+            wait_registration(&api, &wh_full, &layout, true).await?;
+            registered = true;
+        }
+        let paired =
+            paired_creates(&full.client, &wh_full, &layout, next, args.paired_creates).await?;
+        next += args.paired_creates + 5;
+        // The same bookings again in the opted-out namespace: the webhook indexes them too.
+        let opted_out_stored = args.paired_creates + 5;
+        let (w50, w99, o50, o99) = (
+            q(&paired.with, 0.5)?,
+            q(&paired.with, 0.99)?,
+            q(&paired.without, 0.5)?,
+            q(&paired.without, 0.99)?,
+        );
+        eprintln!(
+            "paired creates ({} pairs): with the webhook p50 {w50:.3} ms, p99 {w99:.3} ms; opted out p50 {o50:.3} ms, p99 {o99:.3} ms; added p99 by fifth of the run {:?}",
+            paired.with.len(),
+            paired.added_p99_by_part
+        );
+        results.insert(
+            "booking_create_p50_ms_with_webhook_paired".into(),
+            round3(w50),
+        );
+        results.insert(
+            "booking_create_p99_ms_with_webhook_paired".into(),
+            round3(w99),
+        );
+        results.insert("booking_create_p50_ms_opted_out_paired".into(), round3(o50));
+        results.insert("booking_create_p99_ms_opted_out_paired".into(), round3(o99));
         results.insert(
             "webhook_added_p50_ms_real_create_10k".into(),
             round3(w50 - o50),
@@ -714,6 +847,27 @@ mod webhook {
             "webhook_added_p99_ms_real_create_10k".into(),
             round3(w99 - o99),
         );
+        let parts = &paired.added_p99_by_part;
+        if let (Some(lo), Some(hi)) = (
+            parts.iter().copied().reduce(f64::min),
+            parts.iter().copied().reduce(f64::max),
+        ) {
+            results.insert(
+                "webhook_added_p99_ms_real_create_10k_part_min".into(),
+                round3(lo),
+            );
+            results.insert(
+                "webhook_added_p99_ms_real_create_10k_part_max".into(),
+                round3(hi),
+            );
+        }
+        results.insert(
+            "booking_create_paired_samples".into(),
+            paired.with.len() as f64,
+        );
+        if registered {
+            configs.unregister(&full.client).await?;
+        }
         // The webhook's own share: its time per review (body read to answer encoded, its
         // admission_duration_seconds histogram) over the registered creates.
         for (endpoint, (seconds, count)) in [("mutate", own.mutate), ("validate", own.validate)] {
@@ -768,7 +922,8 @@ mod webhook {
 
         // (3) Memory with a large index: bookings created on the same API server until it
         // holds `--bookings-large`, then the RSS once the index holds them all.
-        let stored = next + 1; // the layout's bookings so far and the captured probe
+        // The layout's bookings so far, those of the opted-out namespace and the captured probe.
+        let stored = next + opted_out_stored + 1;
         if args.bookings_large > stored {
             let more = args.bookings_large - stored;
             if pinning {
