@@ -123,7 +123,7 @@ fn main() -> anyhow::Result<()> {
     let mut args = Args::parse();
     if args.smoke {
         args.bookings = args.bookings.min(20);
-        args.bookings_large = args.bookings_large.min(100);
+        args.bookings_large = args.bookings_large.min(200);
         args.seconds = 1;
         args.rounds = 1;
         args.connections = args.connections.min(4);
