@@ -10,9 +10,7 @@ use std::time::Duration;
 use booking_shared::api::Resource;
 use booking_shared::time::Clock;
 use chrono::{DateTime, Utc};
-use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{PatchParams, PostParams};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::Store;
 use tokio::sync::{Semaphore, SemaphorePermit};
 
@@ -24,6 +22,7 @@ use crate::aws::sdk::SdkClients;
 use crate::aws::{Ec2Api, RdsApi};
 use crate::backoff::Backoff;
 use crate::dry_run::DryRun;
+pub use crate::events::Events;
 use crate::fanout::Synced;
 use crate::index::BookingIndex;
 use crate::leader::Leadership;
@@ -197,21 +196,17 @@ impl Context {
             0 => Semaphore::MAX_PERMITS,
             n => n,
         }));
-        let recorder = Recorder::new(
+        let events = Events::new(
             client.clone(),
-            Reporter {
-                controller: FIELD_MANAGER.into(),
-                instance: Some(settings.identity),
-            },
+            clock.clone(),
+            settings.identity,
+            api_writes.clone(),
         );
         let ctx = Self {
             client,
             clock,
             metrics,
-            events: Events {
-                recorder,
-                writes: api_writes.clone(),
-            },
+            events,
             api_writes,
             stop_reads: StopReads::new(STOP_READS),
             retries: Mutex::default(),
@@ -277,82 +272,5 @@ impl Context {
         if !map.is_empty() {
             map.remove(key);
         }
-    }
-}
-
-/// The one Event sink: notes bounded to the API's limit, each write taking a turn of the
-/// context's API-write bound.
-pub struct Events {
-    recorder: Recorder,
-    writes: Arc<Semaphore>,
-}
-
-/// Longest Event note the API server stores.
-const MAX_NOTE: usize = 1000;
-
-impl Events {
-    /// Publishes an Event about `obj`; a failure to publish is logged (the action it reports
-    /// already happened and its outcome is in the status).
-    pub async fn publish<K>(&self, obj: &K, warning: bool, reason: &str, action: &str, note: String)
-    where
-        K: kube::Resource<DynamicType = ()>,
-    {
-        self.publish_related(obj, None, warning, reason, action, note)
-            .await;
-    }
-
-    /// [`Events::publish`] with a `related` object (the Event's second object, e.g. the Booking
-    /// a scheduler's fire created). Events of one object, reason and action are merged into one
-    /// series that keeps the first note, so what differs from one occurrence to the next (each
-    /// fire's booking) is given as `related`, and each gets an Event of its own.
-    pub async fn publish_related<K>(
-        &self,
-        obj: &K,
-        related: Option<ObjectReference>,
-        warning: bool,
-        reason: &str,
-        action: &str,
-        note: String,
-    ) where
-        K: kube::Resource<DynamicType = ()>,
-    {
-        let ev = Event {
-            type_: if warning {
-                EventType::Warning
-            } else {
-                EventType::Normal
-            },
-            reason: reason.to_owned(),
-            note: Some(truncate(note, MAX_NOTE)),
-            action: action.to_owned(),
-            secondary: related,
-        };
-        let _turn = self.writes.acquire().await.ok();
-        if let Err(e) = self.recorder.publish(&ev, &obj.object_ref(&())).await {
-            tracing::warn!(error = %e, reason, "could not publish event");
-        }
-    }
-}
-
-fn truncate(mut s: String, max: usize) -> String {
-    if s.len() > max {
-        let mut cut = max;
-        while !s.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        s.truncate(cut);
-    }
-    s
-}
-
-#[cfg(test)]
-mod tests {
-    use super::truncate;
-
-    #[test]
-    fn notes_are_cut_on_a_character_boundary() {
-        assert_eq!(truncate("abc".into(), 10), "abc");
-        assert_eq!(truncate("äöü".into(), 3), "ä");
-        assert_eq!(truncate("x".repeat(2000), 1000).len(), 1000);
     }
 }

@@ -14,6 +14,7 @@ pub mod config;
 pub mod context;
 pub mod dry_run;
 pub mod error;
+pub mod events;
 pub mod fanout;
 pub mod feeds;
 pub mod index;

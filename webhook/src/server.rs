@@ -35,7 +35,7 @@ use tokio::{
 use tokio_rustls::TlsAcceptor;
 
 use crate::{
-    admission::{self, Decision, Endpoint},
+    admission::{self, Decision, Endpoint, ReviewResult},
     metrics::{DecisionLabels, EndpointLabels},
     state::State,
 };
@@ -302,15 +302,25 @@ fn observe(state: &State, endpoint: Endpoint, decision: &Decision, started: std:
             result: decision.verdict.as_str(),
         })
         .inc();
-    let uid = decision.uid();
-    tracing::info!(
-        endpoint = endpoint.as_str(),
-        kind = %decision.kind,
-        operation = decision.operation,
-        result = decision.verdict.as_str(),
-        uid,
-        "admission review"
-    );
+    // A denial or an error is what an operator looks for in the log; an admitted review is
+    // the common case, counted by the metric above and logged at debug only, so that the
+    // default level costs no formatted line per review.
+    macro_rules! log_review {
+        ($level:ident) => {
+            tracing::$level!(
+                endpoint = endpoint.as_str(),
+                kind = %decision.kind,
+                operation = decision.operation,
+                result = decision.verdict.as_str(),
+                uid = decision.uid(),
+                "admission review"
+            )
+        };
+    }
+    match decision.verdict {
+        ReviewResult::Allowed => log_review!(debug),
+        ReviewResult::Denied | ReviewResult::Error => log_review!(info),
+    }
 }
 
 /// Serves admission reviews over TLS on `listener` until `shutdown` turns true, then lets open

@@ -84,9 +84,19 @@ pub fn missing_resource_warning(namespace: &str, resource_name: &str) -> String 
     )
 }
 
+/// The key of [`REQUESTED_BY_ANNOTATION`], as a literal for `concat!`.
+macro_rules! requested_by_key {
+    () => {
+        "manager.kotaico.de/requested-by"
+    };
+}
+
 /// Annotation naming the authenticated user (`request.userInfo.username`) who created a
 /// Booking, written by the mutating webhook on CREATE and never changed afterwards.
-pub const REQUESTED_BY_ANNOTATION: &str = "manager.kotaico.de/requested-by";
+pub const REQUESTED_BY_ANNOTATION: &str = requested_by_key!();
+
+/// The field path of [`REQUESTED_BY_ANNOTATION`] in the requested-by rule's messages.
+const REQUESTED_BY_FIELD: &str = concat!("metadata.annotations[", requested_by_key!(), "]");
 
 /// The [`REQUESTED_BY_ANNOTATION`] of an object's metadata, if set.
 pub fn requested_by(meta: &kube::api::ObjectMeta) -> Option<&str> {
@@ -104,7 +114,7 @@ pub fn validate_requested_by(
     old: Option<Option<&str>>,
     requester: &str,
 ) -> Result<(), Invalid> {
-    let field = format!("metadata.annotations[{REQUESTED_BY_ANNOTATION}]");
+    let field = REQUESTED_BY_FIELD;
     let problem = match old {
         None => new.filter(|n| *n != requester).map(|n| {
             format!(
