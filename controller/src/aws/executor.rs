@@ -8,7 +8,11 @@
 //! at the same instant send theirs one right after another) goes out as soon as it ends (no new
 //! request for a millisecond); requests arriving while a call is in flight wait for its answer
 //! and then go out together ("group commit"), so that one (region, operation) has one call per
-//! 1,000 IDs in flight at a time. One caller's members reach the batcher in one message, so a
+//! 1,000 IDs in flight at a time. Whether a request is lone or the first of a burst is not
+//! guessed from timing alone: every Resource reconcile holds a [`Preparing`] turn from the
+//! moment its controller creates it (the reconciles woken at one instant are all created before
+//! the first of them runs) until its starts and stops are queued or it has none, and a request
+//! is sent at once only when no other reconcile is still preparing. One caller's members reach the batcher in one message, so a
 //! Resource's group is never split between calls by the timing of its own request. A batch
 //! refused because of one of its members (an unknown ID, a member in the wrong state) is retried
 //! member by member, so one failing member never blocks the others; a batch that failed as a whole (throttling, a
@@ -25,6 +29,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
@@ -79,19 +84,43 @@ pub struct Executor {
     batches: mpsc::UnboundedSender<BatchRequest>,
     /// Turns of the tag calls ([`MAX_TAG_CALLS_IN_FLIGHT`]).
     tag_calls: tokio::sync::Semaphore,
+    /// How many [`Preparing`] turns are held: reconciles that may still send a start or stop.
+    preparing: Arc<AtomicUsize>,
+}
+
+/// A reconcile's turn to prepare its starts and stops: while any is held, the batcher takes a
+/// request for the first of a burst and waits for the others' (see [`gather`]). Released when
+/// dropped, which its holder does right after its requests are queued, or on any return that
+/// sends none.
+#[must_use = "a turn released at once tells the batcher nothing"]
+pub struct Preparing(Arc<AtomicUsize>);
+
+impl Drop for Preparing {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 impl Executor {
     /// An executor; spawns the EC2 batching task on the current Tokio runtime.
     pub fn new(ec2: Arc<dyn Ec2Api>, rds: Arc<dyn RdsApi>) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(run_batcher(ec2.clone(), rx));
+        let preparing = Arc::new(AtomicUsize::new(0));
+        tokio::spawn(run_batcher(ec2.clone(), rx, preparing.clone()));
         Self {
             ec2,
             rds,
             batches: tx,
             tag_calls: tokio::sync::Semaphore::new(MAX_TAG_CALLS_IN_FLIGHT),
+            preparing,
         }
+    }
+
+    /// A turn to prepare starts and stops, taken by a reconcile when its controller creates it,
+    /// before it runs: see [`Preparing`].
+    pub fn preparing(&self) -> Preparing {
+        self.preparing.fetch_add(1, Ordering::AcqRel);
+        Preparing(self.preparing.clone())
     }
 
     async fn batched(&self, region: &str, op: BatchOp, ids: &[String]) -> Outcomes {
@@ -265,7 +294,11 @@ type BatchKey = (String, BatchOp);
 /// goes out after one yield to the runtime; requests sent together (the reconciles woken at the
 /// same instant) are gathered by [`gather`]; requests arriving during a call go out together
 /// when it is answered.
-async fn run_batcher(ec2: Arc<dyn Ec2Api>, mut rx: mpsc::UnboundedReceiver<BatchRequest>) {
+async fn run_batcher(
+    ec2: Arc<dyn Ec2Api>,
+    mut rx: mpsc::UnboundedReceiver<BatchRequest>,
+    preparing: Arc<AtomicUsize>,
+) {
     let mut queued: BTreeMap<BatchKey, Vec<Member>> = BTreeMap::new();
     // Calls in flight per key; a key is free when it has none.
     let mut in_flight: BTreeMap<BatchKey, usize> = BTreeMap::new();
@@ -276,7 +309,7 @@ async fn run_batcher(ec2: Arc<dyn Ec2Api>, mut rx: mpsc::UnboundedReceiver<Batch
             r = rx.recv(), if open => match r {
                 Some(r) => {
                     queue(&mut queued, r);
-                    gather(&mut rx, &mut queued).await;
+                    gather(&mut rx, &mut queued, &preparing).await;
                 }
                 None => open = false,
             },
@@ -288,7 +321,7 @@ async fn run_batcher(ec2: Arc<dyn Ec2Api>, mut rx: mpsc::UnboundedReceiver<Batch
                     }
                 }
                 // What arrived during the call, and what is arriving now, goes out together.
-                gather(&mut rx, &mut queued).await;
+                gather(&mut rx, &mut queued, &preparing).await;
             }
             else => break,
         }
@@ -327,15 +360,18 @@ fn queue(queued: &mut BTreeMap<BatchKey, Vec<Member>>, r: BatchRequest) {
 
 /// Takes the requests already sent, yielding to the runtime before each look (a yield puts this
 /// task behind the tasks queued on its worker), and returns:
-/// - for a lone request, at the first look that finds nothing new while the runtime's global
-///   queue is empty: after one yield (microseconds), never a timer;
-/// - for a burst (the reconciles woken at the same instant are tasks spawned together by their
-///   controller and send theirs one after another, on every worker), once no request has
-///   arrived for [`BURST_QUIET`], so that the burst's tail, run by another worker or from the
-///   global queue, joins the same call.
+/// - for a lone request (no other reconcile [`Preparing`], the runtime's global queue empty), at
+///   the first look that finds nothing new: after one yield (microseconds), never a timer;
+/// - while other reconciles are preparing (the Resource reconciles woken at one instant are all
+///   created by their controller before the first runs, and run one after another on its task),
+///   once none is left, or once none of them has sent a request for [`PREPARING_QUIET`] (they
+///   are not starting anything, or are waiting on something slow);
+/// - after a burst with none left preparing, once no request has arrived for [`BURST_QUIET`],
+///   so that a tail sent from elsewhere joins the same call.
 async fn gather(
     rx: &mut mpsc::UnboundedReceiver<BatchRequest>,
     queued: &mut BTreeMap<BatchKey, Vec<Member>>,
+    preparing: &AtomicUsize,
 ) {
     let runtime = tokio::runtime::Handle::current();
     let mut burst = false;
@@ -353,18 +389,29 @@ async fn gather(
             last = now;
             continue;
         }
-        let lone = !burst && runtime.metrics().global_queue_depth() == 0;
-        if lone || now.duration_since(last) >= BURST_QUIET {
+        let quiet = now.duration_since(last);
+        let done = if preparing.load(Ordering::Acquire) > 0 {
+            quiet >= PREPARING_QUIET
+        } else {
+            let lone = !burst && runtime.metrics().global_queue_depth() == 0;
+            lone || quiet >= BURST_QUIET
+        };
+        if done {
             return;
         }
     }
 }
 
 /// How long [`gather`] goes on looking after the last request of a burst (or after a lone
-/// request while the runtime's global queue holds tasks that may send more): the longest gap
-/// between two requests of one burst. The reconcile of one Resource takes well under this
-/// between its wake and its request.
+/// request while the runtime's global queue holds tasks that may send more) once no reconcile
+/// is preparing: the longest gap between two requests of one burst.
 const BURST_QUIET: std::time::Duration = std::time::Duration::from_millis(1);
+
+/// How long [`gather`] waits for a request while other reconciles are still preparing: well
+/// above the time one Resource reconcile takes from its start to its request when it reads
+/// only caches (tens of microseconds), so that a burst whose reconciles are polled one after
+/// another is never split, and the most a lone start waits beside reconciles that send nothing.
+const PREPARING_QUIET: std::time::Duration = std::time::Duration::from_millis(5);
 
 async fn call(ec2: &dyn Ec2Api, region: &str, op: BatchOp, ids: &[String]) -> AwsResult<()> {
     match op {

@@ -236,6 +236,77 @@ async fn starts_sent_in_one_pass_of_a_task_join_one_call() {
     );
 }
 
+/// Works for `d` on this thread, as a reconcile computing its plan does between its creation
+/// and its request.
+fn busy(d: Duration) {
+    let until = std::time::Instant::now() + d;
+    while std::time::Instant::now() < until {
+        std::hint::spin_loop();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_waits_for_the_reconciles_still_preparing() {
+    // As the Resource controller does with the reconciles woken at one instant: it creates them
+    // all (each takes its turn) before it polls the first, then polls them one after another on
+    // its task. Each works 1.5 ms before its request: longer than a burst's pause, so without
+    // the turns the first request went out alone and the rest in a second call.
+    let mut one_call = 0;
+    for round in 0..10 {
+        let ec2 = Arc::new(FakeEc2::default());
+        let exec = Arc::new(Executor::new(ec2.clone(), Arc::new(NoRds)));
+        let turns: Vec<Preparing> = (0..20).map(|_| exec.preparing()).collect();
+        let outs = tokio::spawn({
+            let exec = exec.clone();
+            async move {
+                let exec = &exec;
+                futures::future::join_all(turns.into_iter().enumerate().map(
+                    |(g, turn)| async move {
+                        busy(Duration::from_micros(1500));
+                        let (out, ()) = tokio::join!(
+                            biased;
+                            exec.start(ProviderType::Ec2, "eu-west-1", &ids(&format!("{g:02}p"), 1)),
+                            async { drop(turn) },
+                        );
+                        out
+                    },
+                ))
+                .await
+            }
+        })
+        .await
+        .unwrap();
+        assert!(outs.iter().flatten().all(|(_, r)| r.is_ok()));
+        let sizes: Vec<usize> = ec2.calls().iter().map(|(_, ids, _)| ids.len()).collect();
+        assert_eq!(sizes.iter().sum::<usize>(), 20, "round {round}: {sizes:?}");
+        if sizes == [20] {
+            one_call += 1;
+        }
+    }
+    // A worker thread descheduled for 5 ms mid-burst may split one; the turns make it rare.
+    assert!(one_call >= 8, "one call in only {one_call} of 10 rounds");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_is_not_held_long_by_a_reconcile_that_sends_nothing() {
+    let ec2 = Arc::new(FakeEc2::default());
+    let exec = Executor::new(ec2.clone(), Arc::new(NoRds));
+    // A reconcile still preparing (waiting on a slow read) that will send nothing soon.
+    let stalled = exec.preparing();
+    let began = std::time::Instant::now();
+    let out = exec
+        .start(ProviderType::Ec2, "eu-west-1", &ids("s", 1))
+        .await;
+    let waited = began.elapsed();
+    assert!(out[0].1.is_ok(), "{out:?}");
+    assert_eq!(ec2.calls().len(), 1);
+    assert!(
+        waited >= PREPARING_QUIET && waited < Duration::from_millis(500),
+        "the start waited {waited:?} for a reconcile that sent nothing"
+    );
+    drop(stalled);
+}
+
 #[test]
 fn a_lone_start_is_sent_at_once_without_a_timer() {
     // A runtime without a time driver: waiting for any timer would panic the batching task,

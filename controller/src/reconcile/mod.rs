@@ -50,11 +50,14 @@ pub async fn drive<K, F, Fut>(
         .graceful_shutdown_on(shutdown)
         .run(
             move |obj: Arc<K>, ctx: Arc<Context>| {
-                let reconcile = reconcile.clone();
+                // Called when the controller takes the object from its queue, before any of the
+                // reconciles taken with it runs: what a reconciler does before its first await
+                // (the Resource reconciler's turn to prepare a start) is done for all of them.
+                let key = retry_key(kind, obj.as_ref());
+                let reconciling = reconcile(obj, ctx.clone());
                 async move {
                     let began = Instant::now();
-                    let key = retry_key(kind, obj.as_ref());
-                    let result = reconcile(obj, ctx.clone()).await;
+                    let result = reconciling.await;
                     ctx.metrics.reconciled(kind, began.elapsed().as_secs_f64());
                     if result.is_ok() {
                         ctx.reconciled_ok(&key);

@@ -19,6 +19,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 
 use super::{ns_name, write_status};
+use crate::aws::executor::Preparing;
 use crate::conditions::{CondSpec, merge};
 use crate::context::Context;
 use crate::error::Result;
@@ -35,9 +36,24 @@ use safety::{scheduler_handover, stop_is_safe};
 /// How soon a group with EC2 members in transit is observed again.
 const TRANSITION_RECHECK: chrono::Duration = chrono::Duration::seconds(5);
 
-/// Reconciles one Resource.
+/// Reconciles one Resource. Its turn to prepare starts and stops is taken at once, when its
+/// controller creates the reconcile (see [`crate::aws::executor::Preparing`]): the reconciles
+/// of every Resource woken at the same instant hold theirs before the first of them sends its
+/// start, which the executor then holds for the others'.
+pub fn reconcile(
+    res: Arc<Resource>,
+    ctx: Arc<Context>,
+) -> impl std::future::Future<Output = Result<Action>> + Send + 'static {
+    let preparing = ctx.groups.executor.preparing();
+    reconcile_prepared(res, ctx, preparing)
+}
+
 #[tracing::instrument(skip_all, fields(namespace, name))]
-pub async fn reconcile(res: Arc<Resource>, ctx: Arc<Context>) -> Result<Action> {
+async fn reconcile_prepared(
+    res: Arc<Resource>,
+    ctx: Arc<Context>,
+    preparing: Preparing,
+) -> Result<Action> {
     let (ns, name) = ns_name(res.as_ref())?;
     let key = match inventory_key(&res, &ctx) {
         Ok(key) => key,
@@ -116,7 +132,7 @@ pub async fn reconcile(res: Arc<Resource>, ctx: Arc<Context>) -> Result<Action> 
     }
     let members = seen.members.as_deref().unwrap_or(&[]);
     forget_settled(&ctx, &p);
-    let done = act(&ctx, (&res, provider, &region), members, acting).await;
+    let done = act(&ctx, (&res, provider, &region), members, acting, preparing).await;
     report(&ctx, &res, provider, acting, &done).await;
     let mut final_plan = replanned(&ctx, &done, input, p, (&key, &res.spec.tag));
     if let Some(dry) = &dry_plan {

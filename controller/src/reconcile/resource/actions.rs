@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use booking_shared::api::{ProviderType, Resource};
 use chrono::{DateTime, Utc};
 
-use crate::aws::executor::{Outcomes, Target};
+use crate::aws::executor::{Outcomes, Preparing, Target};
 use crate::context::Context;
 use crate::dry_run::{DryRun, WouldAction, tag_list};
 use crate::model::{InventoryKey, Member};
@@ -45,14 +45,19 @@ impl Done {
 /// Event is written: a start joins the executor's queue at once, with the starts of every other
 /// Resource booked for the same instant. Records the attempts of starts and stops.
 ///
+/// `preparing` is the reconcile's turn (see [`Preparing`]), released as soon as the start's and
+/// the stop's requests are queued.
+///
 /// In dry-run mode nothing is sent: [`would_act`] reports the calls instead.
 pub(super) async fn act(
     ctx: &Context,
     (res, provider, region): (&Resource, ProviderType, &str),
     members: &[Member],
     p: &Plan,
+    preparing: Preparing,
 ) -> Done {
     if let Some(dry) = &ctx.dry_run {
+        drop(preparing);
         would_act(ctx, dry, res, provider, p).await;
         return Done::default();
     }
@@ -81,6 +86,9 @@ pub(super) async fn act(
             Some(p.hibernate)
         )),
         async {
+            // Polled after the start's and the stop's requests are queued: the executor need
+            // not wait for this reconcile any more.
+            drop(preparing);
             if lock_targets.is_empty() {
                 None
             } else {
