@@ -236,55 +236,53 @@ async fn starts_sent_in_one_pass_of_a_task_join_one_call() {
     );
 }
 
-/// Works for `d` on this thread, as a reconcile computing its plan does between its creation
-/// and its request.
-fn busy(d: Duration) {
-    let until = std::time::Instant::now() + d;
-    while std::time::Instant::now() < until {
-        std::hint::spin_loop();
-    }
+/// A Resource reconcile holding `turn`: after `work`, its start of `id`, then its turn released
+/// (as `act` does: the request is queued before the turn goes).
+async fn reconcile_starting(
+    exec: Arc<Executor>,
+    turn: Preparing,
+    work: Duration,
+    id: &str,
+) -> Outcomes {
+    tokio::time::sleep(work).await;
+    let ids = ids(id, 1);
+    let (out, ()) = tokio::join!(
+        biased;
+        exec.start(ProviderType::Ec2, "eu-west-1", &ids),
+        async { drop(turn) },
+    );
+    out
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_start_waits_for_the_reconciles_still_preparing() {
-    // As the Resource controller does with the reconciles woken at one instant: it creates them
-    // all (each takes its turn) before it polls the first, then polls them one after another on
-    // its task. Each works 1.5 ms before its request: longer than a burst's pause, so without
-    // the turns the first request went out alone and the rest in a second call.
+    // Two Resource reconciles created together (both take their turn before either runs): one
+    // sends its start at once, the other 2 ms later (its reads took that long). Without the
+    // turns the first start was lone and went out alone; with them the batcher waits for the
+    // second and both go in one call.
     let mut one_call = 0;
     for round in 0..10 {
         let ec2 = Arc::new(FakeEc2::default());
         let exec = Arc::new(Executor::new(ec2.clone(), Arc::new(NoRds)));
-        let turns: Vec<Preparing> = (0..20).map(|_| exec.preparing()).collect();
-        let outs = tokio::spawn({
-            let exec = exec.clone();
-            async move {
-                let exec = &exec;
-                futures::future::join_all(turns.into_iter().enumerate().map(
-                    |(g, turn)| async move {
-                        busy(Duration::from_micros(1500));
-                        let (out, ()) = tokio::join!(
-                            biased;
-                            exec.start(ProviderType::Ec2, "eu-west-1", &ids(&format!("{g:02}p"), 1)),
-                            async { drop(turn) },
-                        );
-                        out
-                    },
-                ))
-                .await
-            }
-        })
-        .await
-        .unwrap();
-        assert!(outs.iter().flatten().all(|(_, r)| r.is_ok()));
+        let (first, second) = (exec.preparing(), exec.preparing());
+        let a = tokio::spawn(reconcile_starting(exec.clone(), first, Duration::ZERO, "a"));
+        let b = tokio::spawn(reconcile_starting(
+            exec.clone(),
+            second,
+            Duration::from_millis(2),
+            "b",
+        ));
+        let outs = [a.await.unwrap(), b.await.unwrap()];
+        assert!(outs.iter().flatten().all(|(_, r)| r.is_ok()), "{outs:?}");
         let sizes: Vec<usize> = ec2.calls().iter().map(|(_, ids, _)| ids.len()).collect();
-        assert_eq!(sizes.iter().sum::<usize>(), 20, "round {round}: {sizes:?}");
-        if sizes == [20] {
+        assert_eq!(sizes.iter().sum::<usize>(), 2, "round {round}: {sizes:?}");
+        if sizes == [2] {
             one_call += 1;
         }
     }
-    // A worker thread descheduled for 5 ms mid-burst may split one; the turns make it rare.
-    assert!(one_call >= 8, "one call in only {one_call} of 10 rounds");
+    // A worker descheduled for more than PREPARING_QUIET may split a round; the turns make it
+    // rare.
+    assert!(one_call >= 7, "one call in only {one_call} of 10 rounds");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
