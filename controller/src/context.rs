@@ -98,6 +98,12 @@ pub struct Caches {
     pub booking_wakeups: Arc<Wakeups>,
     /// When each Booking's next notification is due (the notification controller's timer).
     pub notification_wakeups: Arc<Wakeups>,
+    /// When each Resource must be reconciled again (its bookings' next boundary, a recheck of
+    /// members in transit): the Resource controller's timer. One timer wakes every Resource due
+    /// at the same instant together, so their reconciles are created together and their starts
+    /// join one call (a requeue through kube's scheduler is due a few milliseconds apart per
+    /// Resource: the delay between computing it and the scheduler taking it).
+    pub resource_wakeups: Arc<Wakeups>,
 }
 
 /// The Resource reconciler's own state: the AWS layer and its memory of actions.

@@ -101,6 +101,7 @@ impl Feeds {
         metrics.watch_caches(bookings_store.clone(), resources_store.clone());
         let index = Arc::new(BookingIndex::default());
         let wakeups = [Arc::new(Wakeups::default()), Arc::new(Wakeups::default())];
+        let resource_wakeups = Arc::new(Wakeups::default());
         let resources_synced = Arc::new(Synced::default());
         let (resource_tx, resource_triggers) = mpsc::unbounded::<ObjectRef<Resource>>();
         let (booking_tx, booking_triggers) = mpsc::unbounded::<ObjectRef<Booking>>();
@@ -147,6 +148,7 @@ impl Feeds {
             resources_store.clone(),
             index.clone(),
             resources_synced.clone(),
+            resource_wakeups.clone(),
             resource_fanout,
             Triggers {
                 resources: resource_tx,
@@ -161,6 +163,7 @@ impl Feeds {
             index,
             booking_wakeups,
             notification_wakeups,
+            resource_wakeups,
             resources: resources_store,
             resources_synced,
             schedulers: schedulers_store,
@@ -235,13 +238,14 @@ struct Triggers {
     bookings: mpsc::UnboundedSender<ObjectRef<Booking>>,
 }
 
-/// The Resource feed: marks the first full list, then the fan-out, then wakes the bookings of
-/// the Resources an event concerns.
+/// The Resource feed: marks the first full list (and a deleted Resource's instant out of
+/// `wakeups`), then the fan-out, then wakes the bookings of the Resources an event concerns.
 fn resource_feed(
     events: impl Stream<Item = Result<watcher::Event<Resource>, watcher::Error>> + Send + 'static,
     store: kube::runtime::reflector::Store<Resource>,
     index: Arc<BookingIndex>,
     synced: Arc<Synced>,
+    wakeups: Arc<Wakeups>,
     mut fanout: Fanout<Resource>,
     to: Triggers,
 ) -> impl std::future::Future<Output = ()> + Send + 'static {
@@ -253,9 +257,13 @@ fn resource_feed(
         // A claimer deleted, or moved to another group: the next claimer of the group it left
         // takes over (see reconcile::resource::claim).
         let left = match &ev {
-            Ok(watcher::Event::Delete(gone)) => claimed
-                .remove(&ObjectRef::from_obj(gone))
-                .or_else(|| Some((gone.spec.type_.clone(), gone.spec.tag.clone()))),
+            Ok(watcher::Event::Delete(gone)) => {
+                // A deleted Resource is never reconciled again: its instant goes with it.
+                wakeups.forget(gone);
+                claimed
+                    .remove(&ObjectRef::from_obj(gone))
+                    .or_else(|| Some((gone.spec.type_.clone(), gone.spec.tag.clone())))
+            }
             Ok(watcher::Event::Apply(r) | watcher::Event::InitApply(r)) => {
                 let group = (r.spec.type_.clone(), r.spec.tag.clone());
                 claimed

@@ -9,8 +9,18 @@ use booking_controller::config::Args;
 // jemalloc, which returns freed memory to the kernel (see booking_shared::heap).
 booking_shared::global_allocator!();
 
-#[tokio::main]
-async fn main() {
+fn main() {
+    // A worker gives its allocator cache back when it goes idle (see
+    // booking_shared::heap::release_thread_cache_when_idle).
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .on_thread_park(booking_shared::heap::release_thread_cache_when_idle)
+        .build()
+        .expect("the Tokio runtime starts");
+    runtime.block_on(controller());
+}
+
+async fn controller() {
     rustls::crypto::aws_lc_rs::default_provider()
         .install_default()
         .expect("no other rustls crypto provider is installed before main");

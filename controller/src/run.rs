@@ -230,6 +230,7 @@ fn controllers(
         .notification_wakeups
         .clone()
         .due(ctx.clock.clone());
+    let resource_wakeups = ctx.caches.resource_wakeups.clone().due(ctx.clock.clone());
     let booking_controller = Controller::for_shared_stream(booking_events, bookings_store.clone())
         .with_config(config.clone())
         .reconcile_on(futures::stream::select(booking_triggers, booking_wakeups));
@@ -239,7 +240,7 @@ fn controllers(
     // batches. Their Kubernetes API writes are bounded instead (the context's API-write bound).
     let resource_controller =
         Controller::for_shared_stream(resource_events, ctx.caches.resources.clone())
-            .reconcile_on(resource_triggers)
+            .reconcile_on(futures::stream::select(resource_triggers, resource_wakeups))
             .reconcile_all_on(ticks(inventory.subscribe()));
     let monitor_controller = Controller::new(api::<ResourceMonitor>(client, ns), wc.clone())
         .with_config(config.clone())

@@ -142,10 +142,8 @@ async fn reconcile_prepared(
     let upcoming = next_holder(&views, &verdicts);
     let status = status_of(&res, &final_plan, upcoming.as_ref(), now);
     write_status(&ctx, res.as_ref(), &status, None).await?;
-    Ok(match next_wake(&final_plan, &verdicts, provider, now) {
-        Some(at) => Action::requeue(ctx.until(at)),
-        None => Action::await_change(),
-    })
+    let wake = next_wake(&final_plan, &verdicts, provider, now);
+    Ok(ctx.caches.resource_wakeups.requeue(res.as_ref(), wake))
 }
 
 /// The plan `p` made again with the attempts just made, when any AWS call was made: the status
