@@ -101,7 +101,7 @@ impl Feeds {
         metrics.watch_caches(bookings_store.clone(), resources_store.clone());
         let index = Arc::new(BookingIndex::default());
         let wakeups = [Arc::new(Wakeups::default()), Arc::new(Wakeups::default())];
-        let resource_wakeups = Arc::new(Wakeups::default());
+        let resource_wakeups = Arc::new(Wakeups::marking_fired());
         let resources_synced = Arc::new(Synced::default());
         let (resource_tx, resource_triggers) = mpsc::unbounded::<ObjectRef<Resource>>();
         let (booking_tx, booking_triggers) = mpsc::unbounded::<ObjectRef<Booking>>();

@@ -31,6 +31,8 @@ pub struct Wakeups {
     state: Mutex<State>,
     /// Woken when an instant earlier than every other is set, so that the timer sleeps until it.
     earlier: Notify,
+    /// Whether the objects the timer woke are remembered until [`Wakeups::take_fired`].
+    marks_fired: bool,
 }
 
 #[derive(Default)]
@@ -39,6 +41,9 @@ struct State {
     by_key: HashMap<Arc<str>, DateTime<Utc>>,
     /// The same entries by instant.
     queue: BTreeSet<(DateTime<Utc>, Arc<str>)>,
+    /// The objects the timer woke whose reconcile has not taken the mark yet (only when
+    /// `marks_fired`).
+    fired: std::collections::HashSet<Arc<str>>,
 }
 
 impl State {
@@ -87,6 +92,30 @@ fn key(ns: &str, name: &str) -> String {
 }
 
 impl Wakeups {
+    /// A timer that also remembers which objects it woke, until their reconcile asks
+    /// ([`Wakeups::take_fired`]): the Resource reconciler tells a reconcile woken at its
+    /// instant (a start or stop may be due) from one woken by a change.
+    pub fn marking_fired() -> Self {
+        Self {
+            marks_fired: true,
+            ..Self::default()
+        }
+    }
+
+    /// Whether the timer woke `obj` since this was last asked (always `false` unless
+    /// [`Wakeups::marking_fired`]); asking takes the mark.
+    pub fn take_fired<K: kube::Resource>(&self, obj: &K) -> bool {
+        if !self.marks_fired {
+            return false;
+        }
+        let meta = obj.meta();
+        let key = key(
+            meta.namespace.as_deref().unwrap_or_default(),
+            meta.name.as_deref().unwrap_or_default(),
+        );
+        self.lock().fired.remove(key.as_str())
+    }
+
     /// Sets (or, with `None`, removes) the next instant of `namespace/name`.
     pub fn set(&self, ns: &str, name: &str, at: Option<DateTime<Utc>>) {
         let earliest = self.lock().set(&key(ns, name), at);
@@ -117,9 +146,12 @@ impl Wakeups {
         Action::await_change()
     }
 
-    /// Removes the instant of `obj` (deleted: it is never reconciled again).
+    /// Removes the instant of `obj` (deleted: it is never reconciled again), and its mark.
     pub fn forget<K: kube::Resource>(&self, obj: &K) {
         self.set_of(obj, None);
+        if self.marks_fired {
+            self.take_fired(obj);
+        }
     }
 
     fn set_of<K: kube::Resource>(&self, obj: &K, at: Option<DateTime<Utc>>) {
@@ -149,7 +181,14 @@ impl Wakeups {
                     // Created before the queue is read: an earlier instant set meanwhile is
                     // not missed (`notify_one` keeps its permit for this waiter).
                     let earlier = wakeups.earlier.notified();
-                    let next = wakeups.lock().pop_due(clock());
+                    let next = {
+                        let mut state = wakeups.lock();
+                        let next = state.pop_due(clock());
+                        if let (Ok(key), true) = (&next, wakeups.marks_fired) {
+                            state.fired.insert(key.clone());
+                        }
+                        next
+                    };
                     match next {
                         Ok(key) => {
                             drop(earlier);
@@ -229,5 +268,40 @@ mod tests {
         assert!(w.is_empty());
         let none = tokio::time::timeout(std::time::Duration::from_secs(3600), due.next()).await;
         assert!(none.is_err(), "nothing more is sent");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn objects_woken_by_the_timer_are_told_apart_until_asked() {
+        let start = at("2031-01-10T10:00:00Z");
+        let origin = tokio::time::Instant::now();
+        let clock: Clock = Arc::new(move || {
+            start + chrono::Duration::from_std(origin.elapsed()).unwrap_or_default()
+        });
+        let obj = |name: &str| {
+            let mut b = Booking::new(name, Default::default());
+            b.metadata.namespace = Some("team".into());
+            b
+        };
+        let w = Arc::new(Wakeups::marking_fired());
+        w.set("team", "a", Some(at("2031-01-10T10:00:10Z")));
+        w.set("team", "b", Some(at("2031-01-10T10:00:10Z")));
+        w.set("team", "c", Some(at("2031-01-10T10:00:20Z")));
+        assert!(!w.take_fired(&obj("a")), "not woken yet");
+        let mut due = Box::pin(w.clone().due::<Booking>(clock.clone()));
+        let woken = [due.next().await.unwrap(), due.next().await.unwrap()];
+        assert_eq!(woken.map(|o| o.name), ["a", "b"]);
+        assert!(w.take_fired(&obj("a")), "woken by the timer");
+        assert!(!w.take_fired(&obj("a")), "asking takes the mark");
+        assert!(!w.take_fired(&obj("c")), "its instant has not come");
+        // A deleted object's mark goes with it.
+        w.forget(&obj("b"));
+        assert!(!w.take_fired(&obj("b")));
+        // Without marking, nothing is remembered.
+        let plain = Arc::new(Wakeups::default());
+        plain.set("team", "a", Some(at("2031-01-10T10:00:10Z")));
+        let mut due = Box::pin(plain.clone().due::<Booking>(clock.clone()));
+        assert_eq!(due.next().await.unwrap().name, "a");
+        assert!(!plain.take_fired(&obj("a")));
+        assert!(plain.lock().fired.is_empty());
     }
 }

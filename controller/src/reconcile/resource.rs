@@ -36,15 +36,21 @@ use safety::{scheduler_handover, stop_is_safe};
 /// How soon a group with EC2 members in transit is observed again.
 const TRANSITION_RECHECK: chrono::Duration = chrono::Duration::seconds(5);
 
-/// Reconciles one Resource. Its turn to prepare starts and stops is taken at once, when its
-/// controller creates the reconcile (see [`crate::aws::executor::Preparing`]): the reconciles
-/// of every Resource woken at the same instant hold theirs before the first of them sends its
-/// start, which the executor then holds for the others'.
+/// Reconciles one Resource. A reconcile woken by the Resources' timer (a boundary of its
+/// bookings: a start or stop may be due) takes its turn to prepare starts and stops at once,
+/// when its controller creates it (see [`crate::aws::executor::Preparing`]): the reconciles of
+/// every Resource woken at the same instant hold theirs before the first of them sends its
+/// start, which the executor then holds for the others'. A reconcile woken by a change takes
+/// none, so that it never holds back a start.
 pub fn reconcile(
     res: Arc<Resource>,
     ctx: Arc<Context>,
 ) -> impl std::future::Future<Output = Result<Action>> + Send + 'static {
-    let preparing = ctx.groups.executor.preparing();
+    let preparing = ctx
+        .caches
+        .resource_wakeups
+        .take_fired(res.as_ref())
+        .then(|| ctx.groups.executor.preparing());
     reconcile_prepared(res, ctx, preparing)
 }
 
@@ -52,7 +58,7 @@ pub fn reconcile(
 async fn reconcile_prepared(
     res: Arc<Resource>,
     ctx: Arc<Context>,
-    preparing: Preparing,
+    preparing: Option<Preparing>,
 ) -> Result<Action> {
     let (ns, name) = ns_name(res.as_ref())?;
     let key = match inventory_key(&res, &ctx) {

@@ -45,7 +45,7 @@ impl Done {
 /// Event is written: a start joins the executor's queue at once, with the starts of every other
 /// Resource booked for the same instant. Records the attempts of starts and stops.
 ///
-/// `preparing` is the reconcile's turn (see [`Preparing`]), released as soon as the start's and
+/// `preparing` is the reconcile's turn if it holds one (see [`Preparing`]), released as soon as the start's and
 /// the stop's requests are queued.
 ///
 /// In dry-run mode nothing is sent: [`would_act`] reports the calls instead.
@@ -54,7 +54,7 @@ pub(super) async fn act(
     (res, provider, region): (&Resource, ProviderType, &str),
     members: &[Member],
     p: &Plan,
-    preparing: Preparing,
+    preparing: Option<Preparing>,
 ) -> Done {
     if let Some(dry) = &ctx.dry_run {
         drop(preparing);
