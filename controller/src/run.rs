@@ -5,17 +5,20 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use booking_shared::api::Resource;
 use booking_shared::api::{BookingCalendar, ResourceMonitor};
 use booking_shared::ops;
 use booking_shared::time::system_clock;
-use futures::Stream;
+use futures::{Stream, StreamExt as _};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::Api;
 use kube::runtime::controller::Controller;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
-use tokio::sync::watch;
+use tokio::sync::{broadcast, watch};
 
 use crate::admin::{Admin, Readiness};
+use crate::aws::inventory::Change;
 use crate::aws::sdk::load_config;
 use crate::config::{Args, RetryMode};
 use crate::context::{Context, Settings};
@@ -31,6 +34,31 @@ fn ticks(rx: watch::Receiver<u64>) -> impl Stream<Item = ()> + Send + 'static {
     futures::stream::unfold(rx, |mut rx| async move {
         rx.changed().await.ok()?;
         Some(((), rx))
+    })
+}
+
+/// The Resources to reconcile after each inventory change: those of the groups it changed (every
+/// Resource after changes were missed).
+fn inventory_triggers(
+    changes: broadcast::Receiver<Arc<Change>>,
+    resources: Store<Resource>,
+    default_region: String,
+) -> impl Stream<Item = ObjectRef<Resource>> + Send + 'static {
+    // `None` after changes were missed.
+    let changes = futures::stream::unfold(changes, |mut rx| async move {
+        match rx.recv().await {
+            Ok(change) => Some((Some(change), rx)),
+            Err(broadcast::error::RecvError::Lagged(_)) => Some((None, rx)),
+            Err(broadcast::error::RecvError::Closed) => None,
+        }
+    });
+    changes.flat_map(move |change| {
+        let all = resources.state();
+        futures::stream::iter(crate::triggers::of_inventory_change(
+            change.as_deref(),
+            all.iter().map(AsRef::as_ref),
+            &default_region,
+        ))
     })
 }
 
@@ -238,10 +266,20 @@ fn controllers(
     // instant run in one pass and send their starts to the executor together, where they join
     // one call. A bound would split 1,000 simultaneous starts into 1,000/bound sequential
     // batches. Their Kubernetes API writes are bounded instead (the context's API-write bound).
+    // An inventory listing wakes the Resources of the groups whose members it changed, not
+    // every Resource: a pass over all of them would hold back a start due meanwhile.
+    let inventory_changes = inventory_triggers(
+        inventory.subscribe(),
+        ctx.caches.resources.clone(),
+        ctx.groups.default_region.clone(),
+    );
     let resource_controller =
-        Controller::for_shared_stream(resource_events, ctx.caches.resources.clone())
-            .reconcile_on(futures::stream::select(resource_triggers, resource_wakeups))
-            .reconcile_all_on(ticks(inventory.subscribe()));
+        Controller::for_shared_stream(resource_events, ctx.caches.resources.clone()).reconcile_on(
+            futures::stream::select(
+                futures::stream::select(resource_triggers, resource_wakeups),
+                inventory_changes,
+            ),
+        );
     let monitor_controller = Controller::new(api::<ResourceMonitor>(client, ns), wc.clone())
         .with_config(config.clone())
         .reconcile_all_on(ticks(inventory.subscribe_scans()));

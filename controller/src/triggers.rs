@@ -6,6 +6,9 @@
 //! - A Resource's appearance or deletion wakes the bookings naming it (they report whether their
 //!   Resource exists); its other changes (the status of every start and stop) do not:
 //!   [`ResourceTriggers`].
+//! - An inventory listing that changed groups' members wakes the Resources of those groups
+//!   (every Resource of the inventory when the listing failed, recovered or was the first):
+//!   [`of_inventory_change`].
 //! - A BookingCalendar's creation, change or deletion wakes the BookingSchedulers of its
 //!   namespace that name it in `spec.calendars`: [`schedulers_of_calendar`].
 
@@ -27,6 +30,25 @@ pub fn of_booking_change(
         change.resources.into_iter().collect(),
         bookings_of(index, &rearbitrate),
     )
+}
+
+/// The Resources whose group inventory change `change` touched; every Resource when `change` is
+/// `None` (changes were missed).
+pub fn of_inventory_change<'a>(
+    change: Option<&crate::aws::inventory::Change>,
+    resources: impl IntoIterator<Item = &'a Resource>,
+    default_region: &str,
+) -> Vec<ObjectRef<Resource>> {
+    resources
+        .into_iter()
+        .filter(|r| {
+            change.is_none_or(|c| {
+                booking_shared::claims::group_of(r, Some(default_region))
+                    .is_some_and(|g| c.touches(&g))
+            })
+        })
+        .map(ObjectRef::from_obj)
+        .collect()
 }
 
 /// The bookings naming any of `resources`.
@@ -140,6 +162,55 @@ mod tests {
 
     fn key(name: &str) -> ObjectRef<Resource> {
         ObjectRef::new(name).within("team")
+    }
+
+    #[test]
+    fn an_inventory_change_wakes_the_resources_of_the_groups_it_changed() {
+        use crate::aws::inventory::Change;
+        use crate::model::{InventoryKey, ProviderType};
+        let res = |name: &str, type_: &str, tag: &str, region: Option<&str>| {
+            let mut r = Resource::new(
+                name,
+                ResourceSpec {
+                    type_: type_.into(),
+                    tag: tag.into(),
+                    region: region.map(Into::into),
+                    ..Default::default()
+                },
+            );
+            r.metadata.namespace = Some("team".into());
+            r
+        };
+        let all = [
+            res("web", "ec2", "web", None),
+            res("web-eu", "ec2", "web", Some("eu-west-1")),
+            res("db", "rds", "web", None),
+            res("api", "ec2", "api", Some("")),
+            res("odd", "tape", "web", None),
+        ];
+        let ec2_home = InventoryKey {
+            kind: ProviderType::Ec2,
+            region: "us-east-1".into(),
+        };
+        let woken = |change: Option<&Change>| -> Vec<String> {
+            of_inventory_change(change, &all, "us-east-1")
+                .into_iter()
+                .map(|r| r.name)
+                .collect()
+        };
+        let change = |groups: Option<&[&str]>| Change {
+            key: ec2_home.clone(),
+            groups: groups.map(|g| g.iter().map(|t| (*t).to_owned()).collect()),
+        };
+        // Same type, region (the default one when unset or empty) and tag; not the same tag in
+        // another region or of another type.
+        assert_eq!(woken(Some(&change(Some(&["web"])))), ["web"]);
+        assert_eq!(woken(Some(&change(Some(&["api", "web"])))), ["web", "api"]);
+        assert!(woken(Some(&change(Some(&["mail"])))).is_empty());
+        // Every group of the inventory may have changed.
+        assert_eq!(woken(Some(&change(None))), ["web", "api"]);
+        // Changes were missed: every Resource.
+        assert_eq!(woken(None), ["web", "web-eu", "db", "api", "odd"]);
     }
 
     #[test]

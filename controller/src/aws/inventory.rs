@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
-use tokio::sync::{Notify, watch};
+use tokio::sync::{Notify, broadcast, watch};
 
 use super::{AwsResult, Ec2Api, Ec2Filter, MAX_FILTER_VALUES, RdsApi, paginate};
 use crate::metrics::Metrics;
@@ -26,7 +26,10 @@ use crate::tags::{Key, TagKeys};
 #[derive(Debug, Clone)]
 pub struct Snapshot {
     /// Managed members with their group tag.
-    pub members: Vec<Member>,
+    members: Vec<Member>,
+    /// The positions in `members` of each group's members (see [`Snapshot::group`]), made
+    /// with the members: reading one group does not scan the whole region.
+    by_group: HashMap<String, Vec<usize>>,
     /// When the listing that produced `members` began.
     pub observed_at: DateTime<Utc>,
     /// Whether the last full listing completed (every page read).
@@ -38,27 +41,34 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
+    fn new(members: Vec<Member>, keys: &TagKeys, observed_at: DateTime<Utc>) -> Self {
+        Self {
+            by_group: by_group(&members, keys),
+            members,
+            observed_at,
+            complete: true,
+            error: None,
+            group_observed_at: BTreeMap::new(),
+        }
+    }
+
+    fn set_members(&mut self, members: Vec<Member>, keys: &TagKeys) {
+        self.by_group = by_group(&members, keys);
+        self.members = members;
+    }
+
+    /// Every managed member of the (type, region).
+    pub fn members(&self) -> &[Member] {
+        &self.members
+    }
+
     /// The members of one group: those tagged with it, and the DB instances of its Aurora DB
     /// clusters (tagged or not: they are counted with their cluster, never acted on alone).
-    pub fn group(&self, keys: &TagKeys, tag: &str) -> Vec<Member> {
-        let tagged = |m: &Member| m.application(keys) == Some(tag);
-        let clusters: BTreeSet<&str> = self
-            .members
-            .iter()
-            .filter(|m| m.is_cluster && tagged(m))
-            .map(|m| m.id.as_str())
-            .collect();
-        self.members
-            .iter()
-            .filter(|m| {
-                tagged(m)
-                    || (m.in_cluster()
-                        && m.db_cluster
-                            .as_deref()
-                            .is_some_and(|c| clusters.contains(c)))
-            })
-            .cloned()
-            .collect()
+    pub fn group(&self, tag: &str) -> Vec<Member> {
+        self.by_group
+            .get(tag)
+            .map(|at| at.iter().map(|&i| self.members[i].clone()).collect())
+            .unwrap_or_default()
     }
 
     /// When the members of group `tag` were last observed.
@@ -82,6 +92,102 @@ impl Snapshot {
     }
 }
 
+/// The groups of each tagged Aurora DB cluster of `members`, by cluster identifier.
+fn cluster_groups<'a>(members: &'a [Member], keys: &TagKeys) -> HashMap<&'a str, Vec<&'a str>> {
+    let mut clusters: HashMap<&str, Vec<&str>> = HashMap::new();
+    for m in members.iter().filter(|m| m.is_cluster) {
+        if let Some(tag) = m.application(keys) {
+            clusters.entry(m.id.as_str()).or_default().push(tag);
+        }
+    }
+    clusters
+}
+
+/// The groups member `m` counts in: its own tag's, and for a DB instance of a DB cluster, its
+/// cluster's (`clusters`, from [`cluster_groups`] over the same listing). Sorted, once each.
+fn groups_of<'a>(
+    m: &'a Member,
+    keys: &TagKeys,
+    clusters: &HashMap<&'a str, Vec<&'a str>>,
+) -> Vec<&'a str> {
+    let mut groups: Vec<&str> = m.application(keys).into_iter().collect();
+    if m.in_cluster()
+        && let Some(of_cluster) = m.db_cluster.as_deref().and_then(|c| clusters.get(c))
+    {
+        groups.extend(of_cluster.iter().copied());
+    }
+    groups.sort_unstable();
+    groups.dedup();
+    groups
+}
+
+/// The positions of each group's members in `members`, in listing order.
+fn by_group(members: &[Member], keys: &TagKeys) -> HashMap<String, Vec<usize>> {
+    let clusters = cluster_groups(members, keys);
+    let mut by_group: HashMap<String, Vec<usize>> = HashMap::new();
+    for (i, m) in members.iter().enumerate() {
+        for tag in groups_of(m, keys, &clusters) {
+            by_group.entry(tag.to_owned()).or_default().push(i);
+        }
+    }
+    by_group
+}
+
+/// The groups whose members differ between listings `old` and `new`: a member added, gone or
+/// changed (its state, its tags) changes the groups it counted in before and after; a DB
+/// cluster's change also changes the group of its DB instances. Pure.
+pub fn changed_groups(old: &[Member], new: &[Member], keys: &TagKeys) -> BTreeSet<String> {
+    let ids = |members: &[Member]| -> HashMap<(bool, String), usize> {
+        members
+            .iter()
+            .enumerate()
+            .map(|(i, m)| ((m.is_cluster, m.id.clone()), i))
+            .collect()
+    };
+    let (old_ids, new_ids) = (ids(old), ids(new));
+    let (old_clusters, new_clusters) = (cluster_groups(old, keys), cluster_groups(new, keys));
+    let mut changed = BTreeSet::new();
+    let mut differ = |from: &[Member],
+                      clusters: &HashMap<&str, Vec<&str>>,
+                      other: &[Member],
+                      other_ids: &HashMap<(bool, String), usize>| {
+        for m in from {
+            let same = other_ids
+                .get(&(m.is_cluster, m.id.clone()))
+                .is_some_and(|&i| &other[i] == m);
+            if !same {
+                changed.extend(groups_of(m, keys, clusters).into_iter().map(str::to_owned));
+            }
+        }
+    };
+    differ(old, &old_clusters, new, &new_ids);
+    differ(new, &new_clusters, old, &old_ids);
+    changed
+}
+
+/// What a listing changed in one inventory: the Resources of those groups are reconciled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Change {
+    /// The inventory.
+    pub key: InventoryKey,
+    /// The groups whose members changed; `None` when every group of the inventory may have
+    /// (its first listing, a listing failing or recovering).
+    pub groups: Option<BTreeSet<String>>,
+}
+
+impl Change {
+    /// Whether the change concerns `group` (of a Resource, see [`booking_shared::claims::group_of`]).
+    pub fn touches(&self, group: &booking_shared::claims::Group<'_>) -> bool {
+        group.kind == self.key.kind
+            && group.region == Some(self.key.region.as_str())
+            && self.groups.as_ref().is_none_or(|g| g.contains(group.tag))
+    }
+}
+
+/// How many changes a slow subscriber may fall behind before it is told it missed some (and
+/// then reconciles every Resource).
+const CHANGES_BACKLOG: usize = 256;
+
 /// The shared inventories.
 pub struct Inventory {
     ec2: Arc<dyn Ec2Api>,
@@ -97,7 +203,7 @@ pub struct Inventory {
     group_locks: Mutex<HashMap<InventoryKey, Arc<tokio::sync::Mutex<()>>>>,
     wanted: Mutex<BTreeSet<InventoryKey>>,
     refresh_now: Notify,
-    changed: watch::Sender<u64>,
+    changed: broadcast::Sender<Arc<Change>>,
     scanned: watch::Sender<u64>,
     first_refresh: tokio::sync::Mutex<()>,
 }
@@ -120,7 +226,7 @@ impl Inventory {
             group_locks: Mutex::default(),
             wanted: Mutex::default(),
             refresh_now: Notify::new(),
-            changed: watch::channel(0).0,
+            changed: broadcast::channel(CHANGES_BACKLOG).0,
             scanned: watch::channel(0).0,
             first_refresh: tokio::sync::Mutex::new(()),
         }
@@ -171,7 +277,8 @@ impl Inventory {
             return;
         }
         let snap = Arc::make_mut(snap);
-        for m in snap.members.iter_mut().filter(|m| m.id == id) {
+        let mut members = std::mem::take(&mut snap.members);
+        for m in members.iter_mut().filter(|m| m.id == id) {
             for (k, v) in set {
                 m.tags.insert(k.clone(), v.clone());
             }
@@ -179,6 +286,7 @@ impl Inventory {
                 m.tags.remove(k);
             }
         }
+        snap.set_members(members, &self.keys);
     }
 
     /// Registers `key` and makes sure a snapshot of it exists, refreshing once if none does.
@@ -200,8 +308,9 @@ impl Inventory {
         self.refresh_now.notify_one();
     }
 
-    /// A receiver that changes after every refresh that changed a snapshot.
-    pub fn subscribe(&self) -> watch::Receiver<u64> {
+    /// The changes of every later listing that changed a snapshot. A receiver that falls more
+    /// than [`CHANGES_BACKLOG`] changes behind is told it lagged.
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<Change>> {
         self.changed.subscribe()
     }
 
@@ -211,8 +320,15 @@ impl Inventory {
         self.scanned.subscribe()
     }
 
-    fn publish(&self) {
-        self.changed.send_modify(|n| *n = n.wrapping_add(1));
+    fn publish(&self, key: &InventoryKey, groups: Option<BTreeSet<String>>) {
+        if groups.as_ref().is_some_and(BTreeSet::is_empty) {
+            return;
+        }
+        // No subscriber (tests, start-up) is not an error.
+        let _ = self.changed.send(Arc::new(Change {
+            key: key.clone(),
+            groups,
+        }));
     }
 
     async fn list_all(
@@ -270,45 +386,40 @@ impl Inventory {
             &key.region,
             timer.elapsed().as_secs_f64(),
         );
-        let changed;
-        {
+        // What changed: `None` nothing, `Some(None)` possibly every group.
+        let (changed, outcome) = {
             let mut snaps = self.snapshots.write().unwrap_or_else(|p| p.into_inner());
-            match &result {
+            match result {
                 Ok(members) => {
-                    let old = snaps.get(key);
-                    changed = old.is_none_or(|o| &o.members != members || !o.complete);
-                    snaps.insert(
-                        key.clone(),
-                        Arc::new(Snapshot {
-                            members: members.clone(),
-                            observed_at: began,
-                            complete: true,
-                            error: None,
-                            group_observed_at: BTreeMap::new(),
-                        }),
-                    );
+                    let changed = match snaps.get(key) {
+                        Some(old) if old.complete => {
+                            Some(Some(changed_groups(&old.members, &members, &self.keys)))
+                        }
+                        _ => Some(None),
+                    };
+                    let fresh = Snapshot::new(members, &self.keys, began);
+                    snaps.insert(key.clone(), Arc::new(fresh));
+                    (changed, Ok(()))
                 }
                 Err(e) => {
                     let snap = Arc::make_mut(snaps.entry(key.clone()).or_insert_with(|| {
                         Arc::new(Snapshot {
-                            members: Vec::new(),
-                            observed_at: began,
                             complete: false,
-                            error: None,
-                            group_observed_at: BTreeMap::new(),
+                            ..Snapshot::new(Vec::new(), &self.keys, began)
                         })
                     }));
-                    changed = snap.complete || snap.error.is_none();
+                    let changed = (snap.complete || snap.error.is_none()).then_some(None);
                     snap.complete = false;
                     snap.error = Some(e.to_string());
+                    (changed, Err(e))
                 }
             }
-        }
-        if changed {
-            self.publish();
+        };
+        if let Some(groups) = changed {
+            self.publish(key, groups);
         }
         self.scanned.send_modify(|n| *n = n.wrapping_add(1));
-        result.map(drop)
+        outcome
     }
 
     /// A targeted refresh of one group: for EC2 one DescribeInstances filtered on the tag value;
@@ -377,30 +488,19 @@ impl Inventory {
                 return Ok(());
             };
             let snap = Arc::make_mut(snap);
-            let before: BTreeMap<&str, &Member> = snap
-                .members
-                .iter()
-                .filter(|m| in_batch(m))
-                .map(|m| (m.id.as_str(), m))
-                .collect();
-            let after: BTreeMap<&str, &Member> = fresh.iter().map(|m| (m.id.as_str(), m)).collect();
-            let changed = before != after;
-            let mut members: Vec<Member> = snap
-                .members
-                .iter()
-                .filter(|m| !in_batch(m))
-                .cloned()
-                .collect();
-            members.extend(fresh.iter().cloned());
-            snap.members = members;
+            let (batch_before, mut members): (Vec<Member>, Vec<Member>) =
+                std::mem::take(&mut snap.members)
+                    .into_iter()
+                    .partition(|m| in_batch(m));
+            let changed = changed_groups(&batch_before, &fresh, &self.keys);
+            members.extend(fresh);
+            snap.set_members(members, &self.keys);
             for tag in &batch {
                 snap.group_observed_at.insert(tag.clone(), began);
             }
             changed
         };
-        if changed {
-            self.publish();
-        }
+        self.publish(key, Some(changed));
         Ok(())
     }
 
@@ -547,7 +647,7 @@ mod tests {
         let snap = inv.snapshot(&key).unwrap();
         assert!(snap.complete);
         assert_eq!(
-            snap.group(inv.keys(), "a").len(),
+            snap.group("a").len(),
             2,
             "members from the first and last page"
         );
@@ -636,6 +736,104 @@ mod tests {
         }
     }
 
+    #[test]
+    fn the_groups_changed_between_two_listings_are_those_of_members_added_gone_or_changed() {
+        let keys = TagKeys::default();
+        let stopped = |id: &str, tag: &str| Member {
+            state: "stopped".into(),
+            ..m(id, tag)
+        };
+        let old = [m("i-1", "a"), m("i-2", "b"), m("i-3", "c")];
+        let changed = |new: &[Member]| -> Vec<String> {
+            changed_groups(&old, new, &keys).into_iter().collect()
+        };
+        assert!(changed(&old).is_empty(), "the same listing");
+        let reordered = [m("i-3", "c"), m("i-1", "a"), m("i-2", "b")];
+        assert!(changed(&reordered).is_empty(), "another order");
+        assert_eq!(
+            changed(&[m("i-1", "a"), stopped("i-2", "b"), m("i-3", "c")]),
+            ["b"],
+            "a state"
+        );
+        assert_eq!(
+            changed(&[m("i-1", "a"), m("i-2", "d"), m("i-3", "c")]),
+            ["b", "d"],
+            "a member moved to another group"
+        );
+        assert_eq!(
+            changed(&[m("i-1", "a"), m("i-3", "c"), m("i-4", "e")]),
+            ["b", "e"],
+            "a member gone, one added"
+        );
+
+        // A DB cluster moved to another group takes its untagged DB instances along.
+        let cluster = |tag: &str| Member {
+            is_cluster: true,
+            ..m("aurora", tag)
+        };
+        let instance = Member {
+            id: "aurora-1".into(),
+            db_cluster: Some("aurora".into()),
+            ..Default::default()
+        };
+        let before = [cluster("x"), instance.clone(), m("plain", "z")];
+        let after = [cluster("y"), instance.clone(), m("plain", "z")];
+        assert_eq!(
+            changed_groups(&before, &after, &keys)
+                .into_iter()
+                .collect::<Vec<_>>(),
+            ["x", "y"]
+        );
+        let stopping = Member {
+            state: "stopping".into(),
+            ..instance
+        };
+        assert_eq!(
+            changed_groups(&before, &[cluster("x"), stopping, m("plain", "z")], &keys)
+                .into_iter()
+                .collect::<Vec<_>>(),
+            ["x"],
+            "a DB instance's change is its cluster's group's"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_listing_announces_what_it_changed_and_nothing_when_it_changed_nothing() {
+        let (fake, inv, key) = ec2_inventory(vec![vec![m("i-1", "a"), m("i-2", "b")]]);
+        let mut changes = inv.subscribe();
+        inv.refresh(&key).await.unwrap();
+        let first = changes.try_recv().unwrap();
+        assert_eq!(
+            (&first.key, &first.groups),
+            (&key, &None),
+            "the first listing: every group"
+        );
+        inv.refresh(&key).await.unwrap();
+        assert!(changes.try_recv().is_err(), "nothing changed");
+        // A listing that fails, then one that succeeds: every group each time.
+        *fake.fail_at.lock().unwrap() = Some(0);
+        inv.refresh(&key).await.unwrap_err();
+        assert_eq!(changes.try_recv().unwrap().groups, None);
+        inv.refresh(&key).await.unwrap_err();
+        assert!(changes.try_recv().is_err(), "the same failure again");
+        *fake.fail_at.lock().unwrap() = None;
+        inv.refresh(&key).await.unwrap();
+        assert_eq!(changes.try_recv().unwrap().groups, None);
+        // A targeted refresh that changed nothing announces nothing either.
+        inv.refresh_group(&key, "a").await.unwrap();
+        assert!(changes.try_recv().is_err());
+        // Reading a group reads its members only.
+        let snap = inv.snapshot(&key).unwrap();
+        assert_eq!(
+            snap.group("a")
+                .iter()
+                .map(|m| m.id.as_str())
+                .collect::<Vec<_>>(),
+            ["i-1"]
+        );
+        assert!(snap.group("nope").is_empty());
+    }
+
     #[tokio::test]
     async fn written_tags_show_in_the_snapshot_until_the_next_listing() {
         let (_fake, inv, key) = ec2_inventory(vec![vec![m("i-1", "a"), m("i-2", "a")]]);
@@ -645,7 +843,7 @@ mod tests {
         inv.amend_tags(&key, "i-1", &lock, &[]);
         let tags_of = |id: &str| {
             let snap = inv.snapshot(&key).unwrap();
-            snap.members
+            snap.members()
                 .iter()
                 .find(|m| m.id == id)
                 .unwrap()
@@ -661,7 +859,7 @@ mod tests {
         assert!(!tags_of("i-2").contains_key("resource-booking/locked-by"));
         // A reader's snapshot taken before stays as it was.
         assert!(
-            !before.members[0]
+            !before.members()[0]
                 .tags
                 .contains_key("resource-booking/locked-by")
         );
@@ -674,7 +872,7 @@ mod tests {
         assert!(!tags_of("i-1").contains_key("resource-booking/locked-by"));
         // An unknown member or inventory changes nothing.
         inv.amend_tags(&key, "i-9", &lock, &[]);
-        assert_eq!(inv.snapshot(&key).unwrap().members.len(), 2);
+        assert_eq!(inv.snapshot(&key).unwrap().members().len(), 2);
         // The next listing is what AWS says.
         inv.amend_tags(&key, "i-2", &lock, &[]);
         inv.refresh(&key).await.unwrap();
@@ -743,16 +941,12 @@ mod tests {
             ]
         );
         let snap = inv.snapshot(&key).unwrap();
-        let mut ids: Vec<String> = snap
-            .group(inv.keys(), "a")
-            .into_iter()
-            .map(|m| m.id)
-            .collect();
+        let mut ids: Vec<String> = snap.group("a").into_iter().map(|m| m.id).collect();
         ids.sort();
         // The untagged members of the tagged cluster belong to its group; those of the
         // untagged cluster are not kept, its tagged member is (to be reported).
         assert_eq!(ids, ["aurora", "aurora-1", "aurora-2", "plain", "tagged-1"]);
-        assert!(!snap.members.iter().any(|m| m.id.starts_with("foreign")));
+        assert!(!snap.members().iter().any(|m| m.id.starts_with("foreign")));
         // A group of a cluster alone is found too (a ResourceMonitor creates its Resource).
         assert_eq!(
             snap.groups(inv.keys()).into_iter().collect::<Vec<_>>(),

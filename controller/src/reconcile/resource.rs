@@ -169,11 +169,7 @@ fn replanned(
         return p;
     }
     ctx.groups.inventory.request_refresh();
-    let amended = ctx
-        .groups
-        .inventory
-        .snapshot(key)
-        .map(|s| s.group(&ctx.groups.keys, tag));
+    let amended = ctx.groups.inventory.snapshot(key).map(|s| s.group(tag));
     let members = amended.as_deref().or(input.members);
     let attempts = group_attempts(ctx, members);
     plan(&PlanInput {
@@ -360,7 +356,7 @@ async fn observe(
     let tag = &res.spec.tag;
     let read = || {
         let snap = inventory.snapshot(key);
-        let members = snap.as_ref().map(|s| s.group(&ctx.groups.keys, tag));
+        let members = snap.as_ref().map(|s| s.group(tag));
         (snap, members)
     };
     let (mut snap, mut members) = read();

@@ -123,11 +123,7 @@ pub fn monitor_refusal(
         kind: provider,
         region: region.to_owned(),
     };
-    let members = ctx
-        .groups
-        .inventory
-        .snapshot(&key)?
-        .group(&ctx.groups.keys, tag);
+    let members = ctx.groups.inventory.snapshot(&key)?.group(tag);
     namespace_refusal(
         ns,
         &members,
