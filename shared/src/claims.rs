@@ -78,10 +78,12 @@ pub fn other_claimer<'a>(
     default_region: Option<&str>,
 ) -> Option<&'a Resource> {
     let mine = group_of(me, default_region)?;
-    let me_name = claimer_name(me);
+    let is_me = |r: &Resource| {
+        r.metadata.namespace == me.metadata.namespace && r.metadata.name == me.metadata.name
+    };
+    // Compared field by field: a reconcile looks at every Resource of the cluster.
     all.into_iter()
-        .filter(|r| claimer_name(r) != me_name)
-        .filter(|r| group_of(r, default_region).as_ref() == Some(&mine))
+        .filter(|r| group_of(r, default_region).as_ref() == Some(&mine) && !is_me(r))
         .min_by(|a, b| claim_order(a, b))
 }
 

@@ -162,7 +162,7 @@ async fn inventory_covers_both_key_forms_two_regions_and_rds_with_one_call_per_p
     let groups: Vec<String> = home_snap.groups(&keys).into_iter().collect();
     assert_eq!(groups, vec!["analytics", "web"]);
     let mut ids: Vec<String> = home_snap
-        .group(&keys, "analytics")
+        .group("analytics")
         .into_iter()
         .map(|m| m.id)
         .collect();
@@ -170,10 +170,10 @@ async fn inventory_covers_both_key_forms_two_regions_and_rds_with_one_call_per_p
     let mut want = analytics.clone();
     want.sort();
     assert_eq!(ids, want);
-    assert_eq!(home_snap.group(&keys, "web").len(), web.len());
+    assert_eq!(home_snap.group("web").len(), web.len());
     assert!(
         home_snap
-            .group(&keys, "analytics")
+            .group("analytics")
             .iter()
             .all(|m| m.state == "running")
     );
@@ -183,7 +183,7 @@ async fn inventory_covers_both_key_forms_two_regions_and_rds_with_one_call_per_p
         .snapshot(&key(ProviderType::Ec2, OTHER_REGION))
         .unwrap();
     let away_ids: Vec<String> = away_snap
-        .group(&keys, "analytics")
+        .group("analytics")
         .into_iter()
         .map(|m| m.id)
         .collect();
@@ -193,12 +193,12 @@ async fn inventory_covers_both_key_forms_two_regions_and_rds_with_one_call_per_p
         .inventory
         .snapshot(&key(ProviderType::Rds, moto::REGION))
         .unwrap();
-    let reports = rds.group(&keys, "reports");
-    assert_eq!(reports.len(), 1, "{:?}", rds.members);
+    let reports = rds.group("reports");
+    assert_eq!(reports.len(), 1, "{:?}", rds.members());
     assert_eq!(reports[0].id, "reports-db");
     assert_eq!(reports[0].arn.as_deref(), Some(arn.as_str()));
     assert_eq!(reports[0].state, "available");
-    assert_eq!(rds.members.len(), 1, "the untagged DB is not managed");
+    assert_eq!(rds.members().len(), 1, "the untagged DB is not managed");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -227,21 +227,14 @@ async fn targeted_refresh_sees_a_freshly_tagged_group_with_one_call() {
     )
     .await
     .unwrap();
-    let keys = TagKeys::default();
-    assert!(
-        s.inventory
-            .snapshot(&k)
-            .unwrap()
-            .group(&keys, "fresh")
-            .is_empty()
-    );
+    assert!(s.inventory.snapshot(&k).unwrap().group("fresh").is_empty());
     s.moto.start_recording().await.unwrap();
     s.inventory.refresh_group(&k, "fresh").await.unwrap();
     let counts = s.moto.action_counts().await.unwrap();
     assert_eq!(counts.total(), 1, "one filtered DescribeInstances");
     let snap = s.inventory.snapshot(&k).unwrap();
-    assert_eq!(snap.group(&keys, "fresh").len(), fresh.len());
-    assert_eq!(snap.group(&keys, "old").len(), 2, "other groups are kept");
+    assert_eq!(snap.group("fresh").len(), fresh.len());
+    assert_eq!(snap.group("old").len(), 2, "other groups are kept");
 
     // Many groups asked for at once (Resources created together) share their calls: the
     // first call takes one group, the next takes every group that waited meanwhile.
@@ -273,10 +266,10 @@ async fn targeted_refresh_sees_a_freshly_tagged_group_with_one_call() {
     );
     let snap = s.inventory.snapshot(&k).unwrap();
     for tag in &tags {
-        assert_eq!(snap.group(&keys, tag).len(), 1, "group {tag}");
+        assert_eq!(snap.group(tag).len(), 1, "group {tag}");
     }
-    assert_eq!(snap.group(&keys, "fresh").len(), fresh.len());
-    assert_eq!(snap.group(&keys, "old").len(), 2);
+    assert_eq!(snap.group("fresh").len(), fresh.len());
+    assert_eq!(snap.group("old").len(), 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
