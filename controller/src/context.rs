@@ -15,7 +15,7 @@ use kube::runtime::reflector::Store;
 use tokio::sync::{Semaphore, SemaphorePermit};
 
 use crate::aws::dry_run::ReadOnly;
-use crate::aws::executor::Executor;
+use crate::aws::executor::{Executor, Turns};
 use crate::aws::fence::Fenced;
 use crate::aws::inventory::Inventory;
 use crate::aws::sdk::SdkClients;
@@ -100,10 +100,13 @@ pub struct Caches {
     pub notification_wakeups: Arc<Wakeups>,
     /// When each Resource must be reconciled again (its bookings' next boundary, a recheck of
     /// members in transit): the Resource controller's timer. One timer wakes every Resource due
-    /// at the same instant together, so their reconciles are created together and their starts
-    /// join one call (a requeue through kube's scheduler is due a few milliseconds apart per
-    /// Resource: the delay between computing it and the scheduler taking it).
+    /// at the same instant together and reserves their turns to prepare a start at once, so
+    /// their starts join one call (a requeue through kube's scheduler is due a few milliseconds
+    /// apart per Resource: the delay between computing it and the scheduler taking it).
     pub resource_wakeups: Arc<Wakeups>,
+    /// The turns to prepare a start that the Resources' timer reserves for what it wakes, read
+    /// by the executor's batcher (see [`crate::aws::executor::Turns`]).
+    pub resource_turns: Turns,
 }
 
 /// The Resource reconciler's own state: the AWS layer and its memory of actions.
@@ -197,7 +200,11 @@ impl Context {
             ec2 = Arc::new(ReadOnly::new(ec2));
             rds = Arc::new(ReadOnly::new(rds));
         }
-        let executor = Arc::new(Executor::new(ec2, rds));
+        let executor = Arc::new(Executor::with_turns(
+            ec2,
+            rds,
+            caches.resource_turns.clone(),
+        ));
         let api_writes = Arc::new(Semaphore::new(match settings.max_concurrent_writes {
             0 => Semaphore::MAX_PERMITS,
             n => n,

@@ -101,7 +101,8 @@ impl Feeds {
         metrics.watch_caches(bookings_store.clone(), resources_store.clone());
         let index = Arc::new(BookingIndex::default());
         let wakeups = [Arc::new(Wakeups::default()), Arc::new(Wakeups::default())];
-        let resource_wakeups = Arc::new(Wakeups::marking_fired());
+        let resource_turns = crate::aws::executor::Turns::default();
+        let resource_wakeups = Arc::new(Wakeups::marking_fired(resource_turns.clone()));
         let resources_synced = Arc::new(Synced::default());
         let (resource_tx, resource_triggers) = mpsc::unbounded::<ObjectRef<Resource>>();
         let (booking_tx, booking_triggers) = mpsc::unbounded::<ObjectRef<Booking>>();
@@ -164,6 +165,7 @@ impl Feeds {
             booking_wakeups,
             notification_wakeups,
             resource_wakeups,
+            resource_turns,
             resources: resources_store,
             resources_synced,
             schedulers: schedulers_store,

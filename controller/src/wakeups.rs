@@ -25,14 +25,17 @@ use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use tokio::sync::Notify;
 
+use crate::aws::executor::{Preparing, Turns};
+
 /// The next instant of each object of one controller, in the order they come.
 #[derive(Default)]
 pub struct Wakeups {
     state: Mutex<State>,
     /// Woken when an instant earlier than every other is set, so that the timer sleeps until it.
     earlier: Notify,
-    /// Whether the objects the timer woke are remembered until [`Wakeups::take_fired`].
-    marks_fired: bool,
+    /// When set, the objects the timer woke are remembered until [`Wakeups::take_fired`], each
+    /// with a turn of these reserved for its reconcile from the moment it is woken.
+    marks: Option<Turns>,
 }
 
 #[derive(Default)]
@@ -42,7 +45,7 @@ struct State {
     /// The same entries by instant.
     queue: BTreeSet<(DateTime<Utc>, Arc<str>)>,
     /// The objects the timer woke whose reconcile has not taken the mark yet (only when
-    /// `marks_fired`).
+    /// `marks`).
     fired: std::collections::HashSet<Arc<str>>,
 }
 
@@ -94,26 +97,26 @@ fn key(ns: &str, name: &str) -> String {
 impl Wakeups {
     /// A timer that also remembers which objects it woke, until their reconcile asks
     /// ([`Wakeups::take_fired`]): the Resource reconciler tells a reconcile woken at its
-    /// instant (a start or stop may be due) from one woken by a change.
-    pub fn marking_fired() -> Self {
+    /// instant (a start or stop may be due) from one woken by a change. Each object woken
+    /// reserves one of `turns` at once, before its controller even creates its reconcile.
+    pub fn marking_fired(turns: Turns) -> Self {
         Self {
-            marks_fired: true,
+            marks: Some(turns),
             ..Self::default()
         }
     }
 
-    /// Whether the timer woke `obj` since this was last asked (always `false` unless
-    /// [`Wakeups::marking_fired`]); asking takes the mark.
-    pub fn take_fired<K: kube::Resource>(&self, obj: &K) -> bool {
-        if !self.marks_fired {
-            return false;
-        }
+    /// The turn reserved for `obj` if the timer woke it since this was last asked (always
+    /// `None` unless [`Wakeups::marking_fired`]); asking takes the mark.
+    pub fn take_fired<K: kube::Resource>(&self, obj: &K) -> Option<Preparing> {
+        let turns = self.marks.as_ref()?;
         let meta = obj.meta();
         let key = key(
             meta.namespace.as_deref().unwrap_or_default(),
             meta.name.as_deref().unwrap_or_default(),
         );
-        self.lock().fired.remove(key.as_str())
+        let marked = self.lock().fired.remove(key.as_str());
+        marked.then(|| turns.claim())
     }
 
     /// Sets (or, with `None`, removes) the next instant of `namespace/name`.
@@ -146,12 +149,11 @@ impl Wakeups {
         Action::await_change()
     }
 
-    /// Removes the instant of `obj` (deleted: it is never reconciled again), and its mark.
+    /// Removes the instant of `obj` (deleted: it is never reconciled again), and its mark and
+    /// turn.
     pub fn forget<K: kube::Resource>(&self, obj: &K) {
         self.set_of(obj, None);
-        if self.marks_fired {
-            self.take_fired(obj);
-        }
+        drop(self.take_fired(obj));
     }
 
     fn set_of<K: kube::Resource>(&self, obj: &K, at: Option<DateTime<Utc>>) {
@@ -184,8 +186,10 @@ impl Wakeups {
                     let next = {
                         let mut state = wakeups.lock();
                         let next = state.pop_due(clock());
-                        if let (Ok(key), true) = (&next, wakeups.marks_fired) {
-                            state.fired.insert(key.clone());
+                        if let (Ok(key), Some(turns)) = (&next, &wakeups.marks)
+                            && state.fired.insert(key.clone())
+                        {
+                            turns.reserve();
                         }
                         next
                     };
@@ -282,26 +286,41 @@ mod tests {
             b.metadata.namespace = Some("team".into());
             b
         };
-        let w = Arc::new(Wakeups::marking_fired());
+        let turns = Turns::default();
+        let w = Arc::new(Wakeups::marking_fired(turns.clone()));
         w.set("team", "a", Some(at("2031-01-10T10:00:10Z")));
         w.set("team", "b", Some(at("2031-01-10T10:00:10Z")));
         w.set("team", "c", Some(at("2031-01-10T10:00:20Z")));
-        assert!(!w.take_fired(&obj("a")), "not woken yet");
+        assert!(w.take_fired(&obj("a")).is_none(), "not woken yet");
+        assert_eq!(turns.held(), 0);
         let mut due = Box::pin(w.clone().due::<Booking>(clock.clone()));
         let woken = [due.next().await.unwrap(), due.next().await.unwrap()];
         assert_eq!(woken.map(|o| o.name), ["a", "b"]);
-        assert!(w.take_fired(&obj("a")), "woken by the timer");
-        assert!(!w.take_fired(&obj("a")), "asking takes the mark");
-        assert!(!w.take_fired(&obj("c")), "its instant has not come");
-        // A deleted object's mark goes with it.
+        // Woken: a turn is held for each before any reconcile asks.
+        assert_eq!(turns.held(), 2);
+        let a = w.take_fired(&obj("a")).expect("woken by the timer");
+        assert!(w.take_fired(&obj("a")).is_none(), "asking takes the mark");
+        assert_eq!(
+            turns.held(),
+            2,
+            "the reconcile holds the turn reserved for it"
+        );
+        drop(a);
+        assert_eq!(turns.held(), 1);
+        assert!(
+            w.take_fired(&obj("c")).is_none(),
+            "its instant has not come"
+        );
+        // A deleted object's mark goes with it, and so does its turn.
         w.forget(&obj("b"));
-        assert!(!w.take_fired(&obj("b")));
+        assert!(w.take_fired(&obj("b")).is_none());
+        assert_eq!(turns.held(), 0);
         // Without marking, nothing is remembered.
         let plain = Arc::new(Wakeups::default());
         plain.set("team", "a", Some(at("2031-01-10T10:00:10Z")));
         let mut due = Box::pin(plain.clone().due::<Booking>(clock.clone()));
         assert_eq!(due.next().await.unwrap().name, "a");
-        assert!(!plain.take_fired(&obj("a")));
+        assert!(plain.take_fired(&obj("a")).is_none());
         assert!(plain.lock().fired.is_empty());
     }
 }

@@ -92,6 +92,7 @@ fn context(c: &Cluster, clock: &TestClock, notifiers: Notifiers) -> Arc<Context>
         booking_wakeups: Default::default(),
         notification_wakeups: Default::default(),
         resource_wakeups: Default::default(),
+        resource_turns: Default::default(),
     };
     let aws = aws_config::SdkConfig::builder()
         .behavior_version(aws_config::BehaviorVersion::latest())

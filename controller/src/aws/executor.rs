@@ -9,10 +9,11 @@
 //! request for a millisecond); requests arriving while a call is in flight wait for its answer
 //! and then go out together ("group commit"), so that one (region, operation) has one call per
 //! 1,000 IDs in flight at a time. Whether a request is lone or the first of a burst is not
-//! guessed from timing alone: every Resource reconcile holds a [`Preparing`] turn from the
-//! moment its controller creates it (the reconciles woken at one instant are all created before
-//! the first of them runs) until its starts and stops are queued or it has none, and a request
-//! is sent at once only when no other reconcile is still preparing. One caller's members reach the batcher in one message, so a
+//! guessed from timing alone: every Resource reconcile woken by the Resources' timer holds a
+//! [`Preparing`] turn from the moment the timer wakes it (the timer wakes every Resource due at
+//! one instant at once, before kube's controller creates the first of their reconciles) until
+//! its starts and stops are queued or it has none, and a request is sent at once only when no
+//! other reconcile is still preparing. One caller's members reach the batcher in one message, so a
 //! Resource's group is never split between calls by the timing of its own request. A batch
 //! refused because of one of its members (an unknown ID, a member in the wrong state) is retried
 //! member by member, so one failing member never blocks the others; a batch that failed as a whole (throttling, a
@@ -84,8 +85,8 @@ pub struct Executor {
     batches: mpsc::UnboundedSender<BatchRequest>,
     /// Turns of the tag calls ([`MAX_TAG_CALLS_IN_FLIGHT`]).
     tag_calls: tokio::sync::Semaphore,
-    /// How many [`Preparing`] turns are held: reconciles that may still send a start or stop.
-    preparing: Arc<AtomicUsize>,
+    /// The [`Preparing`] turns held: reconciles that may still send a start or stop.
+    turns: Turns,
 }
 
 /// A reconcile's turn to prepare its starts and stops: while any is held, the batcher takes a
@@ -101,26 +102,62 @@ impl Drop for Preparing {
     }
 }
 
+/// The count of [`Preparing`] turns, shared by whoever hands them out and the batcher that
+/// reads it. A turn can be reserved before the reconcile that will hold it exists: the
+/// Resources' timer reserves one for each Resource it wakes, at the instant it wakes it, since
+/// kube's controller creates the reconciles of one instant over more than one poll of its queue
+/// (each trigger is queued with its own `Instant::now()`, and its queue pops by the
+/// millisecond), and a turn taken only at creation would let the first reconciles' start go out
+/// alone before the others exist.
+#[derive(Clone, Default)]
+pub struct Turns(Arc<AtomicUsize>);
+
+impl Turns {
+    /// A turn taken now.
+    pub fn take(&self) -> Preparing {
+        self.reserve();
+        self.claim()
+    }
+
+    /// Counts a turn for a reconcile still to come; [`Turns::claim`] hands it to that reconcile.
+    pub fn reserve(&self) {
+        self.0.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// The turn of one earlier [`Turns::reserve`], released when dropped.
+    pub fn claim(&self) -> Preparing {
+        Preparing(self.0.clone())
+    }
+
+    /// How many turns are held or reserved.
+    pub(crate) fn held(&self) -> usize {
+        self.0.load(Ordering::Acquire)
+    }
+}
+
 impl Executor {
-    /// An executor; spawns the EC2 batching task on the current Tokio runtime.
+    /// An executor with turns of its own; spawns the EC2 batching task on the current Tokio
+    /// runtime.
     pub fn new(ec2: Arc<dyn Ec2Api>, rds: Arc<dyn RdsApi>) -> Self {
+        Self::with_turns(ec2, rds, Turns::default())
+    }
+
+    /// An executor whose batcher reads `turns` (shared with the Resources' timer).
+    pub fn with_turns(ec2: Arc<dyn Ec2Api>, rds: Arc<dyn RdsApi>, turns: Turns) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
-        let preparing = Arc::new(AtomicUsize::new(0));
-        tokio::spawn(run_batcher(ec2.clone(), rx, preparing.clone()));
+        tokio::spawn(run_batcher(ec2.clone(), rx, turns.clone()));
         Self {
             ec2,
             rds,
             batches: tx,
             tag_calls: tokio::sync::Semaphore::new(MAX_TAG_CALLS_IN_FLIGHT),
-            preparing,
+            turns,
         }
     }
 
-    /// A turn to prepare starts and stops, taken by a reconcile when its controller creates it,
-    /// before it runs: see [`Preparing`].
+    /// A turn to prepare starts and stops, taken now: see [`Preparing`].
     pub fn preparing(&self) -> Preparing {
-        self.preparing.fetch_add(1, Ordering::AcqRel);
-        Preparing(self.preparing.clone())
+        self.turns.take()
     }
 
     async fn batched(&self, region: &str, op: BatchOp, ids: &[String]) -> Outcomes {
@@ -297,7 +334,7 @@ type BatchKey = (String, BatchOp);
 async fn run_batcher(
     ec2: Arc<dyn Ec2Api>,
     mut rx: mpsc::UnboundedReceiver<BatchRequest>,
-    preparing: Arc<AtomicUsize>,
+    preparing: Turns,
 ) {
     let mut queued: BTreeMap<BatchKey, Vec<Member>> = BTreeMap::new();
     // Calls in flight per key; a key is free when it has none.
@@ -362,8 +399,9 @@ fn queue(queued: &mut BTreeMap<BatchKey, Vec<Member>>, r: BatchRequest) {
 /// task behind the tasks queued on its worker), and returns:
 /// - for a lone request (no other reconcile [`Preparing`], the runtime's global queue empty), at
 ///   the first look that finds nothing new: after one yield (microseconds), never a timer;
-/// - while other reconciles are preparing (the Resource reconciles woken at one instant are all
-///   created by their controller before the first runs, and run one after another on its task),
+/// - while other reconciles are preparing (the Resources woken at one instant hold their turns
+///   from the moment the timer wakes them, and their reconciles run one after another on their
+///   controller's task),
 ///   once none is left, or once none of them has sent a request for [`PREPARING_QUIET`] (they
 ///   are not starting anything, or are waiting on something slow);
 /// - after a burst with none left preparing, once no request has arrived for [`BURST_QUIET`],
@@ -371,7 +409,7 @@ fn queue(queued: &mut BTreeMap<BatchKey, Vec<Member>>, r: BatchRequest) {
 async fn gather(
     rx: &mut mpsc::UnboundedReceiver<BatchRequest>,
     queued: &mut BTreeMap<BatchKey, Vec<Member>>,
-    preparing: &AtomicUsize,
+    preparing: &Turns,
 ) {
     let runtime = tokio::runtime::Handle::current();
     let mut burst = false;
@@ -390,7 +428,7 @@ async fn gather(
             continue;
         }
         let quiet = now.duration_since(last);
-        let done = if preparing.load(Ordering::Acquire) > 0 {
+        let done = if preparing.held() > 0 {
             quiet >= PREPARING_QUIET
         } else {
             let lone = !burst && runtime.metrics().global_queue_depth() == 0;

@@ -37,20 +37,16 @@ use safety::{scheduler_handover, stop_is_safe};
 const TRANSITION_RECHECK: chrono::Duration = chrono::Duration::seconds(5);
 
 /// Reconciles one Resource. A reconcile woken by the Resources' timer (a boundary of its
-/// bookings: a start or stop may be due) takes its turn to prepare starts and stops at once,
-/// when its controller creates it (see [`crate::aws::executor::Preparing`]): the reconciles of
-/// every Resource woken at the same instant hold theirs before the first of them sends its
-/// start, which the executor then holds for the others'. A reconcile woken by a change takes
-/// none, so that it never holds back a start.
+/// bookings: a start or stop may be due) holds the turn to prepare starts and stops that the
+/// timer reserved for it when it woke it (see [`crate::aws::executor::Turns`]): every Resource
+/// woken at the same instant holds one before the first of their reconciles sends its start,
+/// which the executor then holds for the others'. A reconcile woken by a change holds none, so
+/// that it never holds back a start.
 pub fn reconcile(
     res: Arc<Resource>,
     ctx: Arc<Context>,
 ) -> impl std::future::Future<Output = Result<Action>> + Send + 'static {
-    let preparing = ctx
-        .caches
-        .resource_wakeups
-        .take_fired(res.as_ref())
-        .then(|| ctx.groups.executor.preparing());
+    let preparing = ctx.caches.resource_wakeups.take_fired(res.as_ref());
     reconcile_prepared(res, ctx, preparing)
 }
 
