@@ -254,6 +254,14 @@ async fn reconcile_starting(
     out
 }
 
+/// Whether the two starts of a round went out in one call (both succeeded, two IDs sent in all).
+fn in_one_call(ec2: &FakeEc2, outs: &[Outcomes; 2], round: usize) -> bool {
+    assert!(outs.iter().flatten().all(|(_, r)| r.is_ok()), "{outs:?}");
+    let sizes: Vec<usize> = ec2.calls().iter().map(|(_, ids, _)| ids.len()).collect();
+    assert_eq!(sizes.iter().sum::<usize>(), 2, "round {round}: {sizes:?}");
+    sizes == [2]
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_start_waits_for_the_reconciles_still_preparing() {
     // Two Resource reconciles created together (both take their turn before either runs): one
@@ -272,11 +280,7 @@ async fn a_start_waits_for_the_reconciles_still_preparing() {
             Duration::from_millis(2),
             "b",
         ));
-        let outs = [a.await.unwrap(), b.await.unwrap()];
-        assert!(outs.iter().flatten().all(|(_, r)| r.is_ok()), "{outs:?}");
-        let sizes: Vec<usize> = ec2.calls().iter().map(|(_, ids, _)| ids.len()).collect();
-        assert_eq!(sizes.iter().sum::<usize>(), 2, "round {round}: {sizes:?}");
-        if sizes == [2] {
+        if in_one_call(&ec2, &[a.await.unwrap(), b.await.unwrap()], round) {
             one_call += 1;
         }
     }
@@ -333,11 +337,7 @@ async fn a_start_waits_for_the_resources_woken_with_it_whose_reconciles_come_lat
             Duration::ZERO,
             "b",
         ));
-        let outs = [a.await.unwrap(), b.await.unwrap()];
-        assert!(outs.iter().flatten().all(|(_, r)| r.is_ok()), "{outs:?}");
-        let sizes: Vec<usize> = ec2.calls().iter().map(|(_, ids, _)| ids.len()).collect();
-        assert_eq!(sizes.iter().sum::<usize>(), 2, "round {round}: {sizes:?}");
-        if sizes == [2] {
+        if in_one_call(&ec2, &[a.await.unwrap(), b.await.unwrap()], round) {
             one_call += 1;
         }
     }
