@@ -85,8 +85,6 @@ pub struct Executor {
     batches: mpsc::UnboundedSender<BatchRequest>,
     /// Turns of the tag calls ([`MAX_TAG_CALLS_IN_FLIGHT`]).
     tag_calls: tokio::sync::Semaphore,
-    /// The [`Preparing`] turns held: reconciles that may still send a start or stop.
-    turns: Turns,
 }
 
 /// A reconcile's turn to prepare its starts and stops: while any is held, the batcher takes a
@@ -145,19 +143,13 @@ impl Executor {
     /// An executor whose batcher reads `turns` (shared with the Resources' timer).
     pub fn with_turns(ec2: Arc<dyn Ec2Api>, rds: Arc<dyn RdsApi>, turns: Turns) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(run_batcher(ec2.clone(), rx, turns.clone()));
+        tokio::spawn(run_batcher(ec2.clone(), rx, turns));
         Self {
             ec2,
             rds,
             batches: tx,
             tag_calls: tokio::sync::Semaphore::new(MAX_TAG_CALLS_IN_FLIGHT),
-            turns,
         }
-    }
-
-    /// A turn to prepare starts and stops, taken now: see [`Preparing`].
-    pub fn preparing(&self) -> Preparing {
-        self.turns.take()
     }
 
     async fn batched(&self, region: &str, op: BatchOp, ids: &[String]) -> Outcomes {

@@ -271,8 +271,13 @@ async fn a_start_waits_for_the_reconciles_still_preparing() {
     let mut one_call = 0;
     for round in 0..10 {
         let ec2 = Arc::new(FakeEc2::default());
-        let exec = Arc::new(Executor::new(ec2.clone(), Arc::new(NoRds)));
-        let (first, second) = (exec.preparing(), exec.preparing());
+        let turns = Turns::default();
+        let exec = Arc::new(Executor::with_turns(
+            ec2.clone(),
+            Arc::new(NoRds),
+            turns.clone(),
+        ));
+        let (first, second) = (turns.take(), turns.take());
         let a = tokio::spawn(reconcile_starting(exec.clone(), first, Duration::ZERO, "a"));
         let b = tokio::spawn(reconcile_starting(
             exec.clone(),
@@ -349,9 +354,10 @@ async fn a_start_waits_for_the_resources_woken_with_it_whose_reconciles_come_lat
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_start_is_not_held_long_by_a_reconcile_that_sends_nothing() {
     let ec2 = Arc::new(FakeEc2::default());
-    let exec = Executor::new(ec2.clone(), Arc::new(NoRds));
+    let turns = Turns::default();
+    let exec = Executor::with_turns(ec2.clone(), Arc::new(NoRds), turns.clone());
     // A reconcile still preparing (waiting on a slow read) that will send nothing soon.
-    let stalled = exec.preparing();
+    let stalled = turns.take();
     let began = std::time::Instant::now();
     let out = exec
         .start(ProviderType::Ec2, "eu-west-1", &ids("s", 1))
