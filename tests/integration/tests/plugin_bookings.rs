@@ -172,15 +172,16 @@ async fn status_and_timeline_show_holders_next_bookings_and_free_slots() {
 
     // Without the controller: holders and next bookings all the same, the group unknown.
     let out = plugin(&kc, &ns, &["status"]).await;
+    // The real `until` goes in after the golden week is moved: it may itself fall in that week.
     let want = dated(
-        &"\
+        "\
 NAME       HELD BY   BOOKING    UNTIL                  NEXT        NEXT START             NEXT USER   GROUP
 ec2.idle   frank     idle-now   XXXX-XX-XXTXX:XX:XXZ                                                  unknown
 ec2.web                                                web-early   2026-12-06T20:00:00Z   alice       unknown
-"
-        .replace("XXXX-XX-XXTXX:XX:XXZ", &until),
+",
         mon,
-    );
+    )
+    .replace("XXXX-XX-XXTXX:XX:XXZ", &until);
     assert_eq!(out.ok(), want, "\n{}", out.stdout);
     assert!(
         out.stderr.contains(&format!(
