@@ -33,7 +33,7 @@ pub const RESOURCE_FIELD: &str = "spec.resource_name";
     selectable = ".spec.resource_name"
 )]
 #[x_kube(validation = Rule::new(end_after_start_rule())
-    .message("end_at must be after start_at: bookings are the half-open interval [start_at, end_at)")
+    .message(kube::core::cel::Message::Expression(end_after_start_message()))
     .field_path(".end_at")
     .reason(Reason::FieldValueInvalid))]
 pub struct BookingSpec {

@@ -355,14 +355,15 @@ async fn schemas_reject_the_worst_input_without_the_webhook() {
             json!({"resource_name": "ec2.a", "start_at": "2031-01-10T22:35:00Z", "end_at": "2031-01-10T22:00:00Z"}),
             &[
                 "spec.end_at: Invalid value",
-                "end_at must be after start_at",
+                r#"end_at "2031-01-10T22:00:00Z" must be after start_at "2031-01-10T22:35:00Z""#,
+                "give an end_at later than start_at",
             ],
         ),
         (
             json!({"resource_name": "ec2.a", "start_at": "2031-01-10T22:35:00Z", "end_at": "2031-01-10T23:35:00+01:00"}),
             &[
                 "spec.end_at: Invalid value",
-                "end_at must be after start_at",
+                r#"end_at "2031-01-10T23:35:00+01:00" must be after start_at "2031-01-10T22:35:00Z""#,
             ],
         ),
         // Missing required fields.
