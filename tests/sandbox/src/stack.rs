@@ -40,7 +40,7 @@ pub struct Settings {
     pub namespace: String,
     /// AWS tag key prefix.
     pub tag_prefix: String,
-    /// Where `booking-controller` and `booking-webhook` are.
+    /// Where `booking-controller`, `booking-webhook` and `kubectl-booking` are.
     pub bin_dir: PathBuf,
     /// Apply the demo samples (monitor, RDS resource, booking, scheduler).
     pub samples: bool,
@@ -167,6 +167,9 @@ impl Settings {
                 format!("http://127.0.0.1:{}/metrics", p.webhook_admin),
             ),
             ("SANDBOX_DIR", self.dir.display().to_string()),
+            // Where the product's binaries are, the kubectl plugin among them (under
+            // CARGO_TARGET_DIR when that is set).
+            ("BOOKING_BIN_DIR", self.bin_dir.display().to_string()),
         ]
     }
 }

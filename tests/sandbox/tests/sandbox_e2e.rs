@@ -287,6 +287,7 @@ async fn sandbox_up_book_a_group_then_down() {
         "WEBHOOK_CA_FILE",
         "CONTROLLER_METRICS_URL",
         "WEBHOOK_METRICS_URL",
+        "BOOKING_BIN_DIR",
     ] {
         assert!(
             env.get(key).is_some_and(|v| !v.is_empty()),
@@ -357,6 +358,25 @@ async fn sandbox_up_book_a_group_then_down() {
         out.status.success(),
         "booking refused: {}",
         String::from_utf8_lossy(&out.stderr)
+    );
+
+    // The kubectl plugin, found as the README says: the env file's BOOKING_BIN_DIR on the PATH.
+    let path = format!(
+        "{}:{}",
+        env["BOOKING_BIN_DIR"],
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let status = Command::new(&env["KUBECTL"])
+        .args(["booking", "status", "ec2.batch", "-n", ns])
+        .env("KUBECONFIG", &env["KUBECONFIG"])
+        .env("PATH", path)
+        .output()
+        .expect("running kubectl booking");
+    let text = String::from_utf8_lossy(&status.stdout);
+    assert!(
+        status.status.success() && text.contains("e2e-batch") && text.contains("e2e-user"),
+        "kubectl booking status:\n{text}\n{}",
+        String::from_utf8_lossy(&status.stderr)
     );
 
     // The real admission path: the API server calls the webhook, which refuses a booking
