@@ -92,12 +92,21 @@ pub struct Executor {
 /// dropped, which its holder does right after its requests are queued, or on any return that
 /// sends none.
 #[must_use = "a turn released at once tells the batcher nothing"]
-pub struct Preparing(Arc<AtomicUsize>);
+pub struct Preparing(Arc<Count>);
 
 impl Drop for Preparing {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
+        self.0.held.fetch_sub(1, Ordering::AcqRel);
+        // The batcher, if it waits for the reconciles still preparing, looks again.
+        self.0.released.notify_one();
     }
+}
+
+/// The turns held or reserved, and the signal of each release.
+#[derive(Default)]
+struct Count {
+    held: AtomicUsize,
+    released: tokio::sync::Notify,
 }
 
 /// The count of [`Preparing`] turns, shared by whoever hands them out and the batcher that
@@ -108,7 +117,7 @@ impl Drop for Preparing {
 /// millisecond), and a turn taken only at creation would let the first reconciles' start go out
 /// alone before the others exist.
 #[derive(Clone, Default)]
-pub struct Turns(Arc<AtomicUsize>);
+pub struct Turns(Arc<Count>);
 
 impl Turns {
     /// A turn taken now.
@@ -119,7 +128,7 @@ impl Turns {
 
     /// Counts a turn for a reconcile still to come; [`Turns::claim`] hands it to that reconcile.
     pub fn reserve(&self) {
-        self.0.fetch_add(1, Ordering::AcqRel);
+        self.0.held.fetch_add(1, Ordering::AcqRel);
     }
 
     /// The turn of one earlier [`Turns::reserve`], released when dropped.
@@ -129,7 +138,13 @@ impl Turns {
 
     /// How many turns are held or reserved.
     pub(crate) fn held(&self) -> usize {
-        self.0.load(Ordering::Acquire)
+        self.0.held.load(Ordering::Acquire)
+    }
+
+    /// Resolves at the next release of a turn (or at once when one was released since the last
+    /// call: a release with no one waiting is kept).
+    async fn released(&self) {
+        self.0.released.notified().await;
     }
 }
 
@@ -387,15 +402,16 @@ fn queue(queued: &mut BTreeMap<BatchKey, Vec<Member>>, r: BatchRequest) {
         .extend(r.members);
 }
 
-/// Takes the requests already sent, yielding to the runtime before each look (a yield puts this
-/// task behind the tasks queued on its worker), and returns:
-/// - for a lone request (no other reconcile [`Preparing`], the runtime's global queue empty), at
-///   the first look that finds nothing new: after one yield (microseconds), never a timer;
+/// Takes the requests already sent and returns:
+/// - for a lone request (no other reconcile [`Preparing`], the runtime's global queue empty),
+///   after one yield to the runtime (which puts this task behind the tasks queued on its worker)
+///   that brings nothing new: microseconds, never a timer;
 /// - while other reconciles are preparing (the Resources woken at one instant hold their turns
 ///   from the moment the timer wakes them, and their reconciles run one after another on their
-///   controller's task),
-///   once none is left, or once none of them has sent a request for [`PREPARING_QUIET`] (they
-///   are not starting anything, or are waiting on something slow);
+///   controller's task), once none is left, or once none of them has made progress — sent a
+///   request or released its turn — for [`PREPARING_QUIET`] (they are waiting on something
+///   slow). This wait sleeps until the next request or release: it takes no CPU from the
+///   reconciles it waits for;
 /// - after a burst with none left preparing, once no request has arrived for [`BURST_QUIET`],
 ///   so that a tail sent from elsewhere joins the same call.
 async fn gather(
@@ -406,27 +422,41 @@ async fn gather(
     let runtime = tokio::runtime::Handle::current();
     let mut burst = false;
     let mut last = std::time::Instant::now();
+    let mut open = true;
     loop {
-        tokio::task::yield_now().await;
         let mut got = false;
         while let Ok(r) = rx.try_recv() {
             queue(queued, r);
             got = true;
         }
-        let now = std::time::Instant::now();
         if got {
             burst = true;
-            last = now;
+            last = std::time::Instant::now();
+        }
+        if preparing.held() > 0 {
+            let until = tokio::time::Instant::from_std(last + PREPARING_QUIET);
+            tokio::select! {
+                biased;
+                r = rx.recv(), if open => match r {
+                    Some(r) => {
+                        queue(queued, r);
+                        burst = true;
+                        last = std::time::Instant::now();
+                    }
+                    None => open = false,
+                },
+                () = preparing.released() => last = std::time::Instant::now(),
+                () = tokio::time::sleep_until(until) => return,
+            }
             continue;
         }
-        let quiet = now.duration_since(last);
-        let done = if preparing.held() > 0 {
-            quiet >= PREPARING_QUIET
-        } else {
-            let lone = !burst && runtime.metrics().global_queue_depth() == 0;
-            lone || quiet >= BURST_QUIET
-        };
-        if done {
+        tokio::task::yield_now().await;
+        if !rx.is_empty() {
+            continue;
+        }
+        let quiet = last.elapsed();
+        let lone = !burst && runtime.metrics().global_queue_depth() == 0;
+        if lone || quiet >= BURST_QUIET {
             return;
         }
     }
@@ -437,11 +467,13 @@ async fn gather(
 /// is preparing: the longest gap between two requests of one burst.
 const BURST_QUIET: std::time::Duration = std::time::Duration::from_millis(1);
 
-/// How long [`gather`] waits for a request while other reconciles are still preparing: well
-/// above the time one Resource reconcile takes from its start to its request when it reads
-/// only caches (tens of microseconds), so that a burst whose reconciles are polled one after
-/// another is never split, and the most a lone start waits beside reconciles that send nothing.
-const PREPARING_QUIET: std::time::Duration = std::time::Duration::from_millis(5);
+/// How long [`gather`] waits for progress (a request, a released turn) while other reconciles
+/// are still preparing: far above the time one Resource reconcile takes from its start to its
+/// request when it reads only caches (tens of microseconds), and above the few milliseconds a
+/// thread of a busy two-core machine may wait for its core, so that a burst whose reconciles
+/// are polled one after another is not split; and the most a lone start waits beside
+/// reconciles that are slow to send nothing.
+const PREPARING_QUIET: std::time::Duration = std::time::Duration::from_millis(20);
 
 async fn call(ec2: &dyn Ec2Api, region: &str, op: BatchOp, ids: &[String]) -> AwsResult<()> {
     match op {

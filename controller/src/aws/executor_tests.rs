@@ -352,6 +352,37 @@ async fn a_start_waits_for_the_resources_woken_with_it_whose_reconciles_come_lat
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_released_turn_is_progress_so_the_batcher_waits_on_for_the_rest() {
+    // Three Resources woken at one instant: a sends its start at once; b has nothing to start
+    // and releases its turn 12 ms later; c sends its start 12 ms after that. c's start comes
+    // more than PREPARING_QUIET after a's, but no step comes that long after the one before it,
+    // so a's and c's starts go out in one call.
+    let step = Duration::from_millis(12);
+    assert!(step < PREPARING_QUIET && 2 * step > PREPARING_QUIET);
+    let mut one_call = 0;
+    for round in 0..10 {
+        let ec2 = Arc::new(FakeEc2::default());
+        let turns = Turns::default();
+        let exec = Arc::new(Executor::with_turns(
+            ec2.clone(),
+            Arc::new(NoRds),
+            turns.clone(),
+        ));
+        let (a, b, c) = (turns.take(), turns.take(), turns.take());
+        let a = tokio::spawn(reconcile_starting(exec.clone(), a, Duration::ZERO, "a"));
+        tokio::spawn(async move {
+            tokio::time::sleep(step).await;
+            drop(b);
+        });
+        let c = tokio::spawn(reconcile_starting(exec.clone(), c, 2 * step, "c"));
+        if in_one_call(&ec2, &[a.await.unwrap(), c.await.unwrap()], round) {
+            one_call += 1;
+        }
+    }
+    assert!(one_call >= 7, "one call in only {one_call} of 10 rounds");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_start_is_not_held_long_by_a_reconcile_that_sends_nothing() {
     let ec2 = Arc::new(FakeEc2::default());
     let turns = Turns::default();
