@@ -254,6 +254,18 @@ async fn reconcile_starting(
     out
 }
 
+/// A fresh fake EC2, a count of turns, and an executor whose batcher reads that count.
+fn executor_with_turns() -> (Arc<FakeEc2>, Turns, Arc<Executor>) {
+    let ec2 = Arc::new(FakeEc2::default());
+    let turns = Turns::default();
+    let exec = Arc::new(Executor::with_turns(
+        ec2.clone(),
+        Arc::new(NoRds),
+        turns.clone(),
+    ));
+    (ec2, turns, exec)
+}
+
 /// Whether the two starts of a round went out in one call (both succeeded, two IDs sent in all).
 fn in_one_call(ec2: &FakeEc2, outs: &[Outcomes; 2], round: usize) -> bool {
     assert!(outs.iter().flatten().all(|(_, r)| r.is_ok()), "{outs:?}");
@@ -270,13 +282,7 @@ async fn a_start_waits_for_the_reconciles_still_preparing() {
     // second and both go in one call.
     let mut one_call = 0;
     for round in 0..10 {
-        let ec2 = Arc::new(FakeEc2::default());
-        let turns = Turns::default();
-        let exec = Arc::new(Executor::with_turns(
-            ec2.clone(),
-            Arc::new(NoRds),
-            turns.clone(),
-        ));
+        let (ec2, turns, exec) = executor_with_turns();
         let (first, second) = (turns.take(), turns.take());
         let a = tokio::spawn(reconcile_starting(exec.clone(), first, Duration::ZERO, "a"));
         let b = tokio::spawn(reconcile_starting(
@@ -311,13 +317,7 @@ async fn a_start_waits_for_the_resources_woken_with_it_whose_reconciles_come_lat
     };
     let mut one_call = 0;
     for round in 0..10 {
-        let ec2 = Arc::new(FakeEc2::default());
-        let turns = Turns::default();
-        let exec = Arc::new(Executor::with_turns(
-            ec2.clone(),
-            Arc::new(NoRds),
-            turns.clone(),
-        ));
+        let (ec2, turns, exec) = executor_with_turns();
         let wakeups = Arc::new(Wakeups::marking_fired(turns));
         let instant = chrono::Utc::now();
         wakeups.set("team", "a", Some(instant));
@@ -361,13 +361,7 @@ async fn a_released_turn_is_progress_so_the_batcher_waits_on_for_the_rest() {
     assert!(step < PREPARING_QUIET && 2 * step > PREPARING_QUIET);
     let mut one_call = 0;
     for round in 0..10 {
-        let ec2 = Arc::new(FakeEc2::default());
-        let turns = Turns::default();
-        let exec = Arc::new(Executor::with_turns(
-            ec2.clone(),
-            Arc::new(NoRds),
-            turns.clone(),
-        ));
+        let (ec2, turns, exec) = executor_with_turns();
         let (a, b, c) = (turns.take(), turns.take(), turns.take());
         let a = tokio::spawn(reconcile_starting(exec.clone(), a, Duration::ZERO, "a"));
         tokio::spawn(async move {
