@@ -421,7 +421,7 @@ async fn gather(
 ) {
     let runtime = tokio::runtime::Handle::current();
     let mut burst = false;
-    let mut last = std::time::Instant::now();
+    let mut last = tokio::time::Instant::now();
     let mut open = true;
     loop {
         let mut got = false;
@@ -431,21 +431,21 @@ async fn gather(
         }
         if got {
             burst = true;
-            last = std::time::Instant::now();
+            last = tokio::time::Instant::now();
         }
         if preparing.held() > 0 {
-            let until = tokio::time::Instant::from_std(last + PREPARING_QUIET);
+            let until = last + PREPARING_QUIET;
             tokio::select! {
                 biased;
                 r = rx.recv(), if open => match r {
                     Some(r) => {
                         queue(queued, r);
                         burst = true;
-                        last = std::time::Instant::now();
+                        last = tokio::time::Instant::now();
                     }
                     None => open = false,
                 },
-                () = preparing.released() => last = std::time::Instant::now(),
+                () = preparing.released() => last = tokio::time::Instant::now(),
                 () = tokio::time::sleep_until(until) => return,
             }
             continue;
