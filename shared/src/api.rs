@@ -148,12 +148,15 @@ fn end_after_start_rule() -> String {
     )
 }
 
-/// CEL of the message of [`end_after_start_rule`]: both values as written and the fix, in the
-/// words of [`crate::time::SlotError::EndNotAfterStart`]. The API server prints it after
-/// `spec.end_at: Invalid value: "object": `. It runs only when the rule fails, so both fields are
+/// CEL of the message of [`end_after_start_rule`]: both values as written and the fix
+/// ([`crate::time::END_AFTER_START_FIX`], the words of the webhook's own refusal). The API
+/// server prints it after `spec.end_at: Invalid value: "object": `. It runs only when the rule fails, so both fields are
 /// timestamps then.
 fn end_after_start_message() -> String {
-    "'end_at \"' + self.end_at + '\" must be after start_at \"' + self.start_at + '\"; bookings are the half-open interval [start_at, end_at), so give an end_at later than start_at'".to_owned()
+    format!(
+        "'end_at \"' + self.end_at + '\" must be after start_at \"' + self.start_at + '\"; {}'",
+        crate::time::END_AFTER_START_FIX
+    )
 }
 
 fn rfc3339_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {

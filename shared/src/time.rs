@@ -128,6 +128,11 @@ pub struct Slot {
     pub end: DateTime<Utc>,
 }
 
+/// What a user reads after a booking's `end_at` was refused for not being after its `start_at`
+/// (by the webhook, [`SlotError::EndNotAfterStart`], and by the CRD's own rule).
+pub const END_AFTER_START_FIX: &str =
+    "bookings are the half-open interval [start_at, end_at), so give an end_at later than start_at";
+
 /// Why a booking's times do not form a slot.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SlotError {
@@ -135,9 +140,7 @@ pub enum SlotError {
     #[error(transparent)]
     Timestamp(#[from] TimestampError),
     /// `end_at` is not after `start_at`.
-    #[error(
-        "spec.end_at: {end:?} must be after spec.start_at {start:?}; bookings are the half-open interval [start_at, end_at), so give an end_at later than start_at"
-    )]
+    #[error("spec.end_at: {end:?} must be after spec.start_at {start:?}; {END_AFTER_START_FIX}")]
     EndNotAfterStart {
         /// `start_at` as written.
         start: String,
