@@ -1,11 +1,12 @@
-//! One watch per kind, fanned out to every controller that reads its cache, and the signal that
-//! a cache holds its first full list.
+//! One watch per kind, fanned out to every controller that reads its cache (the Resources; the
+//! Bookings are kept by the booking index and fed to their queues by `feeds`), and the signal
+//! that a cache holds its first full list.
 //!
 //! The watch's reflector updates the cache, then hands each event to [`Fanout::send`], which
 //! passes the cached object (an `Arc`, never a copy) to every subscriber: on `Apply` the object
 //! itself, on `InitDone` every object the list brought that the cache did not hold at that
 //! version (on a first list, every object; on a relist after a watch gap, only what changed
-//! during the gap, so that a relist of 100,000 unchanged bookings wakes no reconcile). Each subscriber
+//! during the gap, so that a relist of unchanged objects wakes no reconcile). Each subscriber
 //! is the trigger stream of one `Controller` (`Controller::for_shared_stream`), which looks the
 //! object up again in the cache when its reconcile runs.
 //!

@@ -1,7 +1,8 @@
-//! The watches the controllers are fed from: one watch and one cache per kind (Bookings,
-//! Resources), shared by every controller that reads it (see `fanout` for why not kube's shared
-//! streams), the booking index beside the Booking cache, and the triggers computed from their
-//! events (see `triggers`).
+//! The watches the controllers are fed from: one watch per kind, shared by every controller that
+//! reads it. The Resources (and BookingSchedulers) are cached whole in kube's reflector stores
+//! (see `fanout` for why not kube's shared streams); the Bookings only in the booking index,
+//! each compact (see `index`), which feeds the Booking and notification reconcilers' queues
+//! (see `queue`). The triggers are computed from their events (see `triggers`).
 
 use std::sync::Arc;
 
@@ -42,7 +43,7 @@ fn strip_cached<K: kube::Resource>(obj: &mut K) {
     }
 }
 
-/// What the Booking cache keeps of a Booking: its spec and status, and of its metadata only
+/// What the booking index keeps of a Booking: its spec and status, and of its metadata only
 /// what the reconcilers read (name, namespace, uid, resourceVersion, generation, creation and
 /// deletion timestamps). Labels, annotations, owner references and finalizers are never read
 /// from the cache: the scheduler lists its own bookings by label from the API server, and the
@@ -50,7 +51,8 @@ fn strip_cached<K: kube::Resource>(obj: &mut K) {
 /// read from the booking as the status write returns it or as read fresh before a send (one
 /// annotation costs a whole map node, about 640 bytes, per cached booking). The status writer
 /// patches `status` alone, so nothing dropped here can be written back. This is the projection
-/// that keeps the controller's memory per booking small.
+/// that keeps the controller's memory per booking small; the index stores it compact, its
+/// condition texts interned.
 fn project_booking(b: &mut Booking) {
     let meta = &mut b.metadata;
     meta.managed_fields = None;
@@ -70,12 +72,14 @@ fn project_booking(b: &mut Booking) {
 
 /// The event streams the controllers are fed from, and the triggers computed from them.
 pub struct Feeds {
-    pub booking_events: mpsc::UnboundedReceiver<Arc<Booking>>,
-    pub notification_events: mpsc::UnboundedReceiver<Arc<Booking>>,
+    /// Every booking the watch delivered changed (all of them on a first list), for the
+    /// Booking reconciler's queue (see `queue`).
+    pub booking_events: mpsc::UnboundedReceiver<ObjectRef<Booking>>,
+    /// The same, for the notification reconciler's queue.
+    pub notification_events: mpsc::UnboundedReceiver<ObjectRef<Booking>>,
     pub resource_events: mpsc::UnboundedReceiver<Arc<Resource>>,
     /// Every change of a Resource, for the notifications that follow its group's state.
     pub notification_resource_events: mpsc::UnboundedReceiver<Arc<Resource>>,
-    pub bookings_store: kube::runtime::reflector::Store<Booking>,
     pub booking_triggers: mpsc::UnboundedReceiver<ObjectRef<Booking>>,
     pub resource_triggers: mpsc::UnboundedReceiver<ObjectRef<Resource>>,
     /// The BookingSchedulers as the watch applies them to [`Caches::schedulers`], for the
@@ -94,19 +98,22 @@ impl Feeds {
     /// reconcile never decides on a cache older than its trigger (a deleted active booking must
     /// release its group).
     pub fn new(client: &kube::Client, ns: &str, metrics: Metrics) -> (Caches, Self) {
-        let (bookings_store, bookings_writer) = kube::runtime::reflector::store::<Booking>();
         let (resources_store, resources_writer) = kube::runtime::reflector::store::<Resource>();
         let (schedulers_store, schedulers_writer) =
             kube::runtime::reflector::store::<BookingScheduler>();
-        metrics.watch_caches(bookings_store.clone(), resources_store.clone());
         let index = Arc::new(BookingIndex::default());
+        metrics.watch_caches(index.clone(), resources_store.clone());
         let wakeups = [Arc::new(Wakeups::default()), Arc::new(Wakeups::default())];
         let resource_turns = crate::aws::executor::Turns::default();
         let resource_wakeups = Arc::new(Wakeups::marking_fired(resource_turns.clone()));
         let resources_synced = Arc::new(Synced::default());
         let (resource_tx, resource_triggers) = mpsc::unbounded::<ObjectRef<Resource>>();
         let (booking_tx, booking_triggers) = mpsc::unbounded::<ObjectRef<Booking>>();
-        let mut booking_fanout = Fanout::<Booking>::default();
+        let (booking_events, notification_events, booking_subscribers) = {
+            let (btx, brx) = mpsc::unbounded();
+            let (ntx, nrx) = mpsc::unbounded();
+            (brx, nrx, [btx, ntx])
+        };
         let mut resource_fanout = Fanout::<Resource>::default();
         let wc = watcher::Config::default();
         let scheduler_events =
@@ -114,11 +121,10 @@ impl Feeds {
                 .applied_objects()
                 .boxed();
         let feeds = Self {
-            booking_events: booking_fanout.subscribe(),
-            notification_events: booking_fanout.subscribe(),
+            booking_events,
+            notification_events,
             resource_events: resource_fanout.subscribe(),
             notification_resource_events: resource_fanout.subscribe(),
-            bookings_store: bookings_store.clone(),
             booking_triggers,
             resource_triggers,
             scheduler_events,
@@ -128,16 +134,12 @@ impl Feeds {
         // booking missing from it would read as "no booking" and stop a held group.
         let booking_wc = wc.clone().list_semantic(watcher::ListSemantic::MostRecent);
         let bookings_feed = booking_feed(
-            cached_watch(
-                bookings_writer,
-                api(client, ns),
-                booking_wc,
-                project_booking,
-            ),
-            bookings_store.clone(),
+            watcher(api(client, ns), booking_wc)
+                .default_backoff()
+                .modify(project_booking),
             index.clone(),
             wakeups.clone(),
-            booking_fanout,
+            booking_subscribers,
             Triggers {
                 resources: resource_tx.clone(),
                 bookings: booking_tx.clone(),
@@ -191,36 +193,78 @@ where
 }
 
 /// The Booking feed: the index first (and a deleted booking's instants out of the Booking and
-/// notification `wakeups`), then the fan-out, then the triggers its change computes.
+/// notification `wakeups`), then the bookings delivered to the reconcilers' queues, then the
+/// triggers its change computes. A (re)list updates the index as it comes and announces, at its
+/// end, the bookings that are new or changed and the bookings gone (on a first list, every
+/// booking; on a relist after a watch gap, only what changed during the gap, so that a relist
+/// of 100,000 unchanged bookings wakes no reconcile). What the gap changed around an unchanged
+/// booking (a booking of the same Resource gone) is announced by the index's change.
 fn booking_feed(
     events: impl Stream<Item = Result<watcher::Event<Booking>, watcher::Error>> + Send + 'static,
-    store: kube::runtime::reflector::Store<Booking>,
     index: Arc<BookingIndex>,
     wakeups: [Arc<Wakeups>; 2],
-    mut fanout: Fanout<Booking>,
+    subscribers: [mpsc::UnboundedSender<ObjectRef<Booking>>; 2],
     triggers: Triggers,
     metrics: Metrics,
 ) -> impl std::future::Future<Output = ()> + Send + 'static {
+    // During a (re)list: what it has changed so far, and the bookings it delivered changed.
+    let mut listed: Option<(Change, Vec<ObjectRef<Booking>>)> = None;
+    let announce = move |keys: Vec<ObjectRef<Booking>>| {
+        for s in &subscribers {
+            for k in &keys {
+                // A subscriber gone means its reconciler has shut down: nothing to tell it.
+                let _ = s.unbounded_send(k.clone());
+            }
+        }
+    };
     events.for_each(move |ev| {
-        let change = match &ev {
-            Ok(watcher::Event::Apply(b)) => index.apply(b),
+        let change = match ev {
+            Ok(watcher::Event::Apply(b)) => {
+                let key = key_of(&b);
+                let change = index.apply(b);
+                announce(key.into_iter().collect());
+                change
+            }
             Ok(watcher::Event::Delete(b)) => {
                 // A deleted booking is never reconciled again: its instants go with it.
                 for w in &wakeups {
-                    w.forget(b);
+                    w.forget(&b);
                 }
-                index.delete(b)
+                index.delete(&b)
             }
-            Ok(watcher::Event::InitDone) => index.rebuild(store.state().iter().map(|b| b.as_ref())),
-            Ok(_) => Change::default(),
+            Ok(watcher::Event::Init) => {
+                index.begin_list();
+                // A list that restarts (an error part-way) keeps what it has announced so far.
+                listed.get_or_insert_with(Default::default);
+                Change::default()
+            }
+            Ok(watcher::Event::InitApply(b)) => {
+                let key = key_of(&b);
+                if let (Some(c), Some((change, keys))) = (index.list_apply(b), listed.as_mut()) {
+                    change.resources.extend(c.resources);
+                    change.rearbitrate.extend(c.rearbitrate);
+                    keys.extend(key);
+                }
+                Change::default()
+            }
+            Ok(watcher::Event::InitDone) => {
+                let (mut change, keys) = listed.take().unwrap_or_default();
+                let (gone, removed) = index.end_list();
+                for r in &removed {
+                    for w in &wakeups {
+                        w.set(r.namespace.as_deref().unwrap_or_default(), &r.name, None);
+                    }
+                }
+                change.resources.extend(gone.resources);
+                change.rearbitrate.extend(gone.rearbitrate);
+                announce(keys);
+                change
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "booking watch error; retrying");
                 Change::default()
             }
         };
-        if let Ok(ev) = &ev {
-            fanout.send(&store, ev);
-        }
         metrics.set_active_bookings(i64::try_from(index.in_progress()).unwrap_or(i64::MAX));
         let (resources, bookings) = of_booking_change(&index, change);
         for r in resources {
@@ -231,6 +275,11 @@ fn booking_feed(
         }
         futures::future::ready(())
     })
+}
+
+/// The queue key of booking `b` (its namespace and name only).
+fn key_of(b: &Booking) -> Option<ObjectRef<Booking>> {
+    Some(ObjectRef::new(b.metadata.name.as_deref()?).within(b.metadata.namespace.as_deref()?))
 }
 
 /// Where the feeds send the references of the objects a change concerns: the Resource and

@@ -1,4 +1,4 @@
-//! The Bookings of each Resource, kept beside the shared Booking cache.
+//! The Bookings of each Resource: the controller's one cache of Bookings.
 //!
 //! Every reconcile of a Resource or a Booking needs the bookings of one Resource (for
 //! arbitration); a scan of the whole cache would make each of them cost O(all bookings), and
@@ -11,9 +11,12 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, RwLock};
 
-use booking_shared::api::{Booking, BookingPhase, Resource};
+use booking_shared::api::{
+    Booking, BookingPhase, BookingSpec, BookingStatus, Notification, Resource,
+};
 use booking_shared::time::Slot;
 use chrono::{DateTime, Utc};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::runtime::reflector::ObjectRef;
 
 use booking_shared::arbitration::BookingView;
@@ -21,26 +24,181 @@ use booking_shared::arbitration::BookingView;
 use crate::fanout::Synced;
 
 /// What a booking holds in the index: its arbitration view without its name (the name is the
-/// member's key), parsed once per change of the booking, not once per reconcile.
-#[derive(Clone, Debug, PartialEq)]
+/// member's key), parsed once per change of the booking, not once per reconcile, and the rest
+/// of the booking as the watch last delivered it ([`Rest`]). The index is the controller's
+/// only copy of a booking: the Booking and notification reconcilers get theirs from it
+/// ([`BookingIndex::get`]).
+#[derive(Clone, Debug)]
 struct Member {
     created: Option<DateTime<Utc>>,
     user: Box<str>,
     slot: Result<Slot, Box<str>>,
     deleting: bool,
     in_progress: bool,
+    rest: Box<Rest>,
+    /// The (re)list that last delivered the booking ([`BookingIndex::begin_list`]).
+    listed: u64,
+}
+
+/// The rest of a cached booking, besides its arbitration view: what the reconcilers read of
+/// its metadata, its timestamps as written, its notifications and its status. Nothing else
+/// of the object is kept (see `feeds::project_booking`).
+#[derive(Clone, Debug, PartialEq)]
+struct Rest {
+    uid: Option<Box<str>>,
+    resource_version: Option<Box<str>>,
+    generation: Option<i64>,
+    deletion: Option<(Time, Option<i64>)>,
+    start_at: Box<str>,
+    end_at: Box<str>,
+    notifications: Box<[Notification]>,
+    status: Option<Box<CachedStatus>>,
+}
+
+/// A booking's status as cached: its lists boxed to their length, its conditions compact
+/// ([`CachedCondition`]).
+#[derive(Clone, Debug, PartialEq)]
+struct CachedStatus {
+    phase: Option<BookingPhase>,
+    notification_sent: bool,
+    notifications_sent: Box<[Box<str>]>,
+    held_at: Option<Box<str>>,
+    conditions: Box<[CachedCondition]>,
+    observed_generation: Option<i64>,
+}
+
+/// A status condition as cached: its texts interned together ([`CondText`]), its time and
+/// generation its own.
+#[derive(Clone, Debug, PartialEq)]
+struct CachedCondition {
+    text: internment::ArcIntern<CondText>,
+    last_transition_time: Time,
+    observed_generation: Option<i64>,
+}
+
+/// The four texts of a condition, interned: a type, status and reason come from a handful of
+/// values, and most conditions are shared by every booking of a Resource ("Resource … exists",
+/// "no earlier booking … overlaps this one"). Freed with the last condition that holds it.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct CondText {
+    type_: Box<str>,
+    status: Box<str>,
+    reason: Box<str>,
+    message: Box<str>,
+}
+
+impl CachedStatus {
+    fn of(s: BookingStatus) -> Self {
+        Self {
+            phase: s.status,
+            notification_sent: s.notification_sent,
+            notifications_sent: s
+                .notifications_sent
+                .into_iter()
+                .map(String::into_boxed_str)
+                .collect(),
+            held_at: s.held_at.map(String::into_boxed_str),
+            conditions: s
+                .conditions
+                .into_iter()
+                .map(|c| CachedCondition {
+                    text: internment::ArcIntern::new(CondText {
+                        type_: c.type_.into_boxed_str(),
+                        status: c.status.into_boxed_str(),
+                        reason: c.reason.into_boxed_str(),
+                        message: c.message.into_boxed_str(),
+                    }),
+                    last_transition_time: c.last_transition_time,
+                    observed_generation: c.observed_generation,
+                })
+                .collect(),
+            observed_generation: s.observed_generation,
+        }
+    }
+
+    fn status(&self) -> BookingStatus {
+        BookingStatus {
+            status: self.phase,
+            notification_sent: self.notification_sent,
+            notifications_sent: self
+                .notifications_sent
+                .iter()
+                .map(|k| k.to_string())
+                .collect(),
+            held_at: self.held_at.as_deref().map(str::to_owned),
+            conditions: self
+                .conditions
+                .iter()
+                .map(|c| Condition {
+                    type_: c.text.type_.to_string(),
+                    status: c.text.status.to_string(),
+                    reason: c.text.reason.to_string(),
+                    message: c.text.message.to_string(),
+                    last_transition_time: c.last_transition_time.clone(),
+                    observed_generation: c.observed_generation,
+                })
+                .collect(),
+            observed_generation: self.observed_generation,
+        }
+    }
 }
 
 impl Member {
-    fn of(b: &Booking) -> Self {
-        let view = BookingView::of(b);
+    /// The member of booking `b`, which it consumes.
+    fn of(b: Booking) -> Self {
+        let view = BookingView::of(&b);
+        let Booking {
+            metadata,
+            spec,
+            status,
+        } = b;
         Self {
             created: view.created,
             user: view.user.into_boxed_str(),
             slot: view.slot.map_err(String::into_boxed_str),
             deleting: view.deleting,
-            in_progress: b.status.as_ref().and_then(|s| s.status) == Some(BookingPhase::InProgress),
+            in_progress: status.as_ref().and_then(|s| s.status) == Some(BookingPhase::InProgress),
+            rest: Box::new(Rest {
+                uid: metadata.uid.map(String::into_boxed_str),
+                resource_version: metadata.resource_version.map(String::into_boxed_str),
+                generation: metadata.generation,
+                deletion: metadata
+                    .deletion_timestamp
+                    .map(|t| (t, metadata.deletion_grace_period_seconds)),
+                start_at: spec.start_at.into_boxed_str(),
+                end_at: spec.end_at.into_boxed_str(),
+                notifications: spec.notifications.into_boxed_slice(),
+                status: status.map(|s| Box::new(CachedStatus::of(s))),
+            }),
+            listed: 0,
         }
+    }
+
+    /// The booking this member was made of (as `feeds::project_booking` left it).
+    fn booking(&self, ns: &str, name: &str, resource: &str) -> Booking {
+        let rest = &*self.rest;
+        let mut b = Booking::new(
+            name,
+            BookingSpec {
+                resource_name: resource.to_owned(),
+                start_at: rest.start_at.to_string(),
+                end_at: rest.end_at.to_string(),
+                user_id: self.user.to_string(),
+                notifications: rest.notifications.to_vec(),
+            },
+        );
+        let meta = &mut b.metadata;
+        meta.namespace = Some(ns.to_owned());
+        meta.uid = rest.uid.as_deref().map(str::to_owned);
+        meta.resource_version = rest.resource_version.as_deref().map(str::to_owned);
+        meta.generation = rest.generation;
+        meta.creation_timestamp = self.created.map(booking_shared::time::to_kube_time);
+        if let Some((at, grace)) = &rest.deletion {
+            meta.deletion_timestamp = Some(at.clone());
+            meta.deletion_grace_period_seconds = *grace;
+        }
+        b.status = rest.status.as_ref().map(|s| s.status());
+        b
     }
 
     fn view(&self, name: &str) -> BookingView {
@@ -58,14 +216,34 @@ impl Member {
     fn arbitrates_like(&self, other: &Member) -> bool {
         self.slot == other.slot && self.deleting == other.deleting
     }
+
+    /// Whether `other` is the same booking as cached: what the index answers and what it
+    /// gives reconcilers are the same for both.
+    fn same(&self, other: &Member) -> bool {
+        self == other && self.rest == other.rest
+    }
 }
 
-/// A booking's namespace, name, the Resource it names, and its member; `None` without a
-/// namespace or a name.
-fn parse(b: &Booking) -> Option<(&str, &str, &str, Member)> {
-    let ns = b.metadata.namespace.as_deref()?;
-    let name = b.metadata.name.as_deref()?;
-    Some((ns, name, b.spec.resource_name.as_str(), Member::of(b)))
+/// Members compare by what the index answers about them (their views and phase), not by
+/// their [`Rest`]: a Resource's bookings "differ" for the index when arbitration or the
+/// holder may.
+impl PartialEq for Member {
+    fn eq(&self, other: &Self) -> bool {
+        self.created == other.created
+            && self.user == other.user
+            && self.slot == other.slot
+            && self.deleting == other.deleting
+            && self.in_progress == other.in_progress
+    }
+}
+
+/// A booking's namespace, name, the Resource it names, and its member, which takes the rest of
+/// it; `None` without a namespace or a name.
+fn parse(mut b: Booking) -> Option<(String, String, String, Member)> {
+    let ns = b.metadata.namespace.take()?;
+    let name = b.metadata.name.take()?;
+    let resource = std::mem::take(&mut b.spec.resource_name);
+    Some((ns, name, resource, Member::of(b)))
 }
 
 /// The bookings of one namespace. Names are stored as shared or boxed strings, not as
@@ -83,18 +261,25 @@ struct Namespace {
 struct Inner {
     namespaces: HashMap<Arc<str>, Namespace>,
     in_progress: usize,
+    /// The current (re)list: members it has not delivered by its end are gone.
+    epoch: u64,
 }
 
 impl Inner {
-    /// Adds (or replaces) a booking; returns the Resource it named before and its old member.
+    /// Adds (or replaces) a booking, as delivered by the current list; returns the Resource it
+    /// named before, its old member and whether both arbitrate alike.
     fn insert(
         &mut self,
         ns: &str,
         name: &str,
         resource: &str,
-        member: Member,
-    ) -> Option<(Arc<str>, Member)> {
-        let old = self.remove(ns, name);
+        mut member: Member,
+    ) -> Option<(Arc<str>, Member, bool)> {
+        let old = self.remove(ns, name).map(|(r, old)| {
+            let same = old.arbitrates_like(&member);
+            (r, old, same)
+        });
+        member.listed = self.epoch;
         self.in_progress += usize::from(member.in_progress);
         let space = match self.namespaces.get_mut(ns) {
             Some(space) => space,
@@ -141,6 +326,13 @@ impl Inner {
         })
     }
 
+    /// The member `ns/name` and the Resource it names.
+    fn member(&self, ns: &str, name: &str) -> Option<(&Arc<str>, &Member)> {
+        let space = self.namespaces.get(ns)?;
+        let resource = space.resource_of.get(name)?;
+        Some((resource, space.groups.get(resource)?.get(name)?))
+    }
+
     fn group(&self, resource: &ObjectRef<Resource>) -> Option<&HashMap<Box<str>, Member>> {
         let ns = resource.namespace.as_deref()?;
         self.namespaces.get(ns)?.groups.get(resource.name.as_str())
@@ -182,21 +374,21 @@ impl BookingIndex {
     }
 
     /// Records an added or modified booking.
-    pub fn apply(&self, b: &Booking) -> Change {
-        let mut change = Change::default();
+    pub fn apply(&self, b: Booking) -> Change {
         let Some((ns, name, resource, member)) = parse(b) else {
-            return change;
+            return Change::default();
         };
+        let moved = self.write().insert(&ns, &name, &resource, member);
+        Self::change_of(&ns, &resource, moved)
+    }
+
+    /// What replacing the member named `before` (with the Resource it named) by `now`'s
+    /// member concerns.
+    fn change_of(ns: &str, resource: &str, before: Option<(Arc<str>, Member, bool)>) -> Change {
+        let mut change = Change::default();
         let now = ObjectRef::new(resource).within(ns);
-        let moved = {
-            let mut inner = self.write();
-            let kept = member.clone();
-            inner
-                .insert(ns, name, resource, member)
-                .map(|(before, old)| (before, old.arbitrates_like(&kept)))
-        };
         change.resources.insert(now.clone());
-        if let Some((before, same)) = moved {
+        if let Some((before, _, same)) = before {
             if &*before != resource {
                 let before = ObjectRef::new(&before).within(ns);
                 change.resources.insert(before.clone());
@@ -225,31 +417,107 @@ impl BookingIndex {
         change
     }
 
-    /// Replaces the whole index after a (re)list. The Resources concerned are those whose
-    /// bookings differ between the index before and the list (bookings that came, went or
-    /// changed while no watch was open): on a first list every Resource named, on a relist
-    /// after a watch gap only what the gap changed, so that relisting unchanged bookings wakes
-    /// no reconcile.
-    pub fn rebuild<'a>(&self, all: impl IntoIterator<Item = &'a Booking>) -> Change {
-        let mut fresh = Inner::default();
-        for b in all {
-            if let Some((ns, name, resource, member)) = parse(b) {
-                fresh.insert(ns, name, resource, member);
+    /// A (re)list begins: the bookings it does not deliver before [`BookingIndex::end_list`]
+    /// are gone. The index keeps answering meanwhile, each booking as last delivered.
+    pub fn begin_list(&self) {
+        self.write().epoch += 1;
+    }
+
+    /// A booking delivered by the current list. `None` when the index holds it already as
+    /// delivered (a relist of an unchanged booking concerns nothing); otherwise what it
+    /// concerns, its Resource's bookings to arbitrate again too (what a watch gap changed
+    /// around them is not known).
+    pub fn list_apply(&self, b: Booking) -> Option<Change> {
+        let (ns, name, resource, member) = parse(b)?;
+        let moved = {
+            let mut inner = self.write();
+            let epoch = inner.epoch;
+            let namespaces = &mut inner.namespaces;
+            let held = namespaces
+                .get_mut(ns.as_str())
+                .and_then(|space| {
+                    let named = space.resource_of.get(name.as_str())?;
+                    (**named == *resource).then_some(())?;
+                    space
+                        .groups
+                        .get_mut(resource.as_str())?
+                        .get_mut(name.as_str())
+                })
+                .filter(|held| held.same(&member));
+            if let Some(held) = held {
+                held.listed = epoch;
+                return None;
+            }
+            inner.insert(&ns, &name, &resource, member)
+        };
+        let mut change = Self::change_of(&ns, &resource, moved);
+        change.rearbitrate.extend(change.resources.iter().cloned());
+        Some(change)
+    }
+
+    /// The current list has ended: the bookings it did not deliver are removed, and the index
+    /// is ready. Returns what their removal concerns and the removed bookings.
+    pub fn end_list(&self) -> (Change, Vec<ObjectRef<Booking>>) {
+        let mut change = Change::default();
+        let mut gone = Vec::new();
+        {
+            let mut inner = self.write();
+            let epoch = inner.epoch;
+            let mut stale: Vec<(Arc<str>, Box<str>)> = Vec::new();
+            for (ns, space) in &inner.namespaces {
+                for group in space.groups.values() {
+                    for (name, m) in group {
+                        if m.listed != epoch {
+                            stale.push((ns.clone(), name.clone()));
+                        }
+                    }
+                }
+            }
+            for (ns, name) in stale {
+                if let Some((resource, _)) = inner.remove(&ns, &name) {
+                    let resource = ObjectRef::new(&resource).within(&ns);
+                    change.resources.insert(resource.clone());
+                    change.rearbitrate.insert(resource);
+                    gone.push(ObjectRef::new(&name).within(&ns));
+                }
             }
         }
-        let mut inner = self.write();
-        // Each Resource named before or after, its bookings compared once.
-        let named: HashSet<_> = inner.resources().chain(fresh.resources()).collect();
-        let resources: HashSet<_> = named
-            .into_iter()
-            .filter(|r| inner.group(r) != fresh.group(r))
-            .collect();
-        *inner = fresh;
-        drop(inner);
         self.ready.mark();
-        Change {
-            rearbitrate: resources.clone(),
-            resources,
+        (change, gone)
+    }
+
+    /// Replaces the whole index by `all`, as a (re)list does.
+    #[cfg(test)]
+    pub fn rebuild<'a>(&self, all: impl IntoIterator<Item = &'a Booking>) -> Change {
+        self.begin_list();
+        let mut change = Change::default();
+        for b in all {
+            if let Some(c) = self.list_apply(b.clone()) {
+                change.resources.extend(c.resources);
+                change.rearbitrate.extend(c.rearbitrate);
+            }
+        }
+        let (gone, _) = self.end_list();
+        change.resources.extend(gone.resources);
+        change.rearbitrate.extend(gone.rearbitrate);
+        change
+    }
+
+    /// Booking `key` as the watch last delivered it (what `feeds::project_booking` keeps).
+    pub fn get(&self, key: &ObjectRef<Booking>) -> Option<Booking> {
+        let ns = key.namespace.as_deref()?;
+        let inner = self.read();
+        let (resource, member) = inner.member(ns, &key.name)?;
+        Some(member.booking(ns, &key.name, resource))
+    }
+
+    /// Calls `f` with the phase of every booking (`None`: no phase written yet).
+    pub fn each_phase(&self, mut f: impl FnMut(Option<BookingPhase>)) {
+        let inner = self.read();
+        for space in inner.namespaces.values() {
+            for m in space.groups.values().flat_map(HashMap::values) {
+                f(m.rest.status.as_ref().and_then(|s| s.phase));
+            }
         }
     }
 
@@ -327,13 +595,109 @@ mod tests {
         names.iter().map(|n| res(n)).collect()
     }
 
+    /// The index keeps the whole booking as the watch delivered it: what a reconciler gets
+    /// back is that booking, field for field.
+    #[test]
+    fn a_booking_comes_back_as_delivered() {
+        use booking_shared::api::{Notification, NotificationEvent};
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+        let json = |b: Option<Booking>| serde_json::to_value(b).unwrap();
+        let idx = BookingIndex::default();
+        let at = |s: &str| booking_shared::time::to_kube_time(s.parse().unwrap());
+        let mut b = booking("a", "r1", "2031-01-10T11:00:00+01:00", E);
+        b.metadata.uid = Some("0b0c5e0e-5b1a-4a4e-9d0a-1f2e3d4c5b6a".into());
+        b.metadata.resource_version = Some("1234".into());
+        b.metadata.generation = Some(2);
+        b.metadata.creation_timestamp = Some(at("2031-01-09T08:00:00Z"));
+        b.spec.user_id = "ann".into();
+        b.spec.notifications = vec![Notification {
+            type_: "email".into(),
+            recipient: "ann@example.com".into(),
+            lead_minutes: Some(5),
+            events: vec![NotificationEvent::Started.to_string()],
+            ..Default::default()
+        }];
+        let condition = |type_: &str, message: &str| Condition {
+            type_: type_.into(),
+            status: "True".into(),
+            reason: "Scheduled".into(),
+            message: message.into(),
+            last_transition_time: at("2031-01-09T08:00:01Z"),
+            observed_generation: Some(2),
+        };
+        b.status = Some(BookingStatus {
+            status: Some(BookingPhase::Scheduled),
+            notification_sent: true,
+            notifications_sent: vec!["0:email:ann@example.com".into()],
+            held_at: Some("2031-01-10T10:00:00Z".into()),
+            conditions: vec![
+                condition("Ready", "a is SCHEDULED"),
+                condition("ResourceFound", "Resource r1 exists"),
+            ],
+            observed_generation: Some(2),
+        });
+        idx.apply(b.clone());
+        let key = ObjectRef::new("a").within("ns");
+        assert_eq!(json(idx.get(&key)), json(Some(b.clone())));
+        // Another booking of the same Resource shares its texts, and keeps its own.
+        let mut other = b.clone();
+        other.metadata.name = Some("o".into());
+        other.status.as_mut().unwrap().conditions[0].message = "o is SCHEDULED".into();
+        idx.apply(other.clone());
+        assert_eq!(
+            json(idx.get(&ObjectRef::new("o").within("ns"))),
+            json(Some(other))
+        );
+        assert_eq!(json(idx.get(&key)), json(Some(b.clone())));
+        // Being deleted, with its grace period.
+        b.metadata.deletion_timestamp = Some(at("2031-01-10T09:00:00Z"));
+        b.metadata.deletion_grace_period_seconds = Some(0);
+        b.status = None;
+        idx.apply(b.clone());
+        assert_eq!(json(idx.get(&key)), json(Some(b)));
+        assert_eq!(
+            json(idx.get(&ObjectRef::new("a").within("other"))),
+            json(None)
+        );
+        let mut phases = Vec::new();
+        idx.each_phase(|p| phases.push(p));
+        phases.sort_by_key(|p| p.is_some());
+        assert_eq!(phases, vec![None, Some(BookingPhase::Scheduled)]);
+    }
+
+    /// A relist applies each booking as it comes, removes at its end the bookings it did not
+    /// deliver, and tells which bookings it changed.
+    #[test]
+    fn a_relist_removes_at_its_end_what_it_did_not_deliver() {
+        let idx = BookingIndex::default();
+        let (a, b) = (booking("a", "r1", S, E), booking("b", "r2", S, E));
+        idx.apply(a.clone());
+        idx.apply(b.clone());
+        idx.begin_list();
+        assert_eq!(idx.list_apply(a.clone()), None);
+        // Until the list ends, `b` is still there.
+        assert_eq!(idx.len(), 2);
+        let (change, gone) = idx.end_list();
+        assert_eq!(gone, vec![ObjectRef::new("b").within("ns")]);
+        assert_eq!(change.rearbitrate, set(&["r2"]));
+        assert_eq!(idx.len(), 1);
+        // A list that restarts: only the last one's deliveries count.
+        idx.begin_list();
+        assert_eq!(idx.list_apply(a.clone()), None);
+        idx.begin_list();
+        let c = idx.list_apply(b).unwrap();
+        assert_eq!(c.rearbitrate, set(&["r2"]));
+        let (_, gone) = idx.end_list();
+        assert_eq!(gone, vec![ObjectRef::new("a").within("ns")]);
+    }
+
     #[test]
     fn a_new_booking_concerns_its_resource_only() {
         let idx = BookingIndex::default();
-        let c = idx.apply(&booking("a", "r1", S, E));
+        let c = idx.apply(booking("a", "r1", S, E));
         assert_eq!(c.resources, set(&["r1"]));
         assert!(c.rearbitrate.is_empty());
-        idx.apply(&booking("b", "r2", S, E));
+        idx.apply(booking("b", "r2", S, E));
         assert_eq!(idx.of_resource(&res("r1")).len(), 1);
         assert_eq!(idx.of_resource(&res("r2"))[0].name, "b");
         assert!(idx.of_resource(&res("r3")).is_empty());
@@ -348,19 +712,19 @@ mod tests {
     fn a_status_change_does_not_rearbitrate_but_a_slot_change_does() {
         let idx = BookingIndex::default();
         let mut b = booking("a", "r1", S, E);
-        idx.apply(&b);
+        idx.apply(b.clone());
         b.status = Some(BookingStatus {
             status: Some(BookingPhase::InProgress),
             ..Default::default()
         });
-        let c = idx.apply(&b);
+        let c = idx.apply(b.clone());
         assert_eq!(c.resources, set(&["r1"]));
         assert!(c.rearbitrate.is_empty());
         assert_eq!(idx.in_progress(), 1);
         b.spec.end_at = LATER.into();
-        assert_eq!(idx.apply(&b).rearbitrate, set(&["r1"]));
+        assert_eq!(idx.apply(b.clone()).rearbitrate, set(&["r1"]));
         b.metadata.deletion_timestamp = Some(Time(Default::default()));
-        assert_eq!(idx.apply(&b).rearbitrate, set(&["r1"]));
+        assert_eq!(idx.apply(b.clone()).rearbitrate, set(&["r1"]));
         assert_eq!(idx.in_progress(), 1);
     }
 
@@ -368,9 +732,9 @@ mod tests {
     fn moving_a_booking_concerns_both_resources() {
         let idx = BookingIndex::default();
         let mut b = booking("a", "r1", S, E);
-        idx.apply(&b);
+        idx.apply(b.clone());
         b.spec.resource_name = "r2".into();
-        let c = idx.apply(&b);
+        let c = idx.apply(b.clone());
         assert_eq!(c.resources, set(&["r1", "r2"]));
         assert_eq!(c.rearbitrate, set(&["r1", "r2"]));
         assert!(idx.of_resource(&res("r1")).is_empty());
@@ -385,8 +749,8 @@ mod tests {
             status: Some(BookingPhase::InProgress),
             ..Default::default()
         });
-        idx.apply(&a);
-        idx.apply(&booking("b", "r2", S, E));
+        idx.apply(a.clone());
+        idx.apply(booking("b", "r2", S, E));
         let c = idx.delete(&a);
         assert_eq!(c.resources, set(&["r1"]));
         assert_eq!(c.rearbitrate, set(&["r1"]));
@@ -437,8 +801,8 @@ mod tests {
         let mut other = booking("a", "r1", S, E);
         other.metadata.namespace = Some("other".into());
         other.spec.user_id = "mallory".into();
-        idx.apply(&booking("a", "r1", S, E));
-        idx.apply(&other);
+        idx.apply(booking("a", "r1", S, E));
+        idx.apply(other.clone());
         assert_eq!(idx.len(), 2);
         let views = idx.views_of(&res("r1"));
         assert_eq!(views.len(), 1);

@@ -23,6 +23,7 @@ pub mod metrics;
 pub mod model;
 pub mod notify;
 pub mod plan;
+pub mod queue;
 pub mod reconcile;
 pub mod regions;
 pub mod run;

@@ -7,7 +7,7 @@
 
 use std::sync::{Arc, OnceLock};
 
-use booking_shared::api::{Booking, BookingPhase, Resource};
+use booking_shared::api::{BookingPhase, Resource};
 use kube::runtime::reflector::Store;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::text::encode;
@@ -106,7 +106,7 @@ impl FireOutcome {
 
 /// The watch caches the state gauges are read from at each scrape (set once the replica leads).
 struct Caches {
-    bookings: Store<Booking>,
+    bookings: Arc<crate::index::BookingIndex>,
     resources: Store<Resource>,
 }
 
@@ -159,12 +159,11 @@ impl Collector for StateCollector {
             return Ok(());
         };
         let mut by_phase = [0i64; PHASES.len()];
-        for b in caches.bookings.state() {
-            let phase = phase_label(b.status.as_ref().and_then(|s| s.status));
-            if let Some(i) = PHASES.iter().position(|p| *p == phase) {
+        caches.bookings.each_phase(|phase| {
+            if let Some(i) = PHASES.iter().position(|p| *p == phase_label(phase)) {
                 by_phase[i] += 1;
             }
-        }
+        });
         let gauge = ConstGauge::new(0i64);
         let mut family = encoder.encode_descriptor(
             "bookings",
@@ -445,7 +444,11 @@ impl Metrics {
 
     /// Reads the state gauges (bookings by phase, Resources' instances) from these watch caches
     /// from now on; the first call wins.
-    pub fn watch_caches(&self, bookings: Store<Booking>, resources: Store<Resource>) {
+    pub fn watch_caches(
+        &self,
+        bookings: Arc<crate::index::BookingIndex>,
+        resources: Store<Resource>,
+    ) {
         let _ = self.caches.set(Caches {
             bookings,
             resources,
@@ -502,7 +505,7 @@ mod tests {
             assert!(text.contains(series), "{series} in {text}");
         }
 
-        let (bookings, mut bw) = reflector::store::<Booking>();
+        let bookings = std::sync::Arc::new(crate::index::BookingIndex::default());
         let (resources, mut rw) = reflector::store::<Resource>();
         for b in [
             booking("a", Some(BookingPhase::InProgress)),
@@ -510,7 +513,7 @@ mod tests {
             booking("c", Some(BookingPhase::Scheduled)),
             booking("d", None),
         ] {
-            bw.apply_watcher_event(&watcher::Event::Apply(b));
+            bookings.apply(b);
         }
         let mut web = Resource::new("ec2.web", ResourceSpec::default());
         web.metadata = meta("ec2.web");

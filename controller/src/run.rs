@@ -244,7 +244,6 @@ fn controllers(
         notification_events,
         resource_events,
         notification_resource_events,
-        bookings_store,
         booking_triggers,
         resource_triggers,
         scheduler_events,
@@ -259,9 +258,12 @@ fn controllers(
         .clone()
         .due(ctx.clock.clone());
     let resource_wakeups = ctx.caches.resource_wakeups.clone().due(ctx.clock.clone());
-    let booking_controller = Controller::for_shared_stream(booking_events, bookings_store.clone())
-        .with_config(config.clone())
-        .reconcile_on(futures::stream::select(booking_triggers, booking_wakeups));
+    // The Booking and notification reconcilers run on the work queue of the booking index
+    // (see `queue`), not on kube's controller, whose store would keep every booking whole.
+    let booking_triggers = futures::stream::select(
+        booking_events,
+        futures::stream::select(booking_triggers, booking_wakeups),
+    );
     // Resource reconciles are not bounded: the reconciles of every Resource starting at the same
     // instant run in one pass and send their starts to the executor together, where they join
     // one call. A bound would split 1,000 simultaneous starts into 1,000/bound sequential
@@ -298,27 +300,29 @@ fn controllers(
     // A Resource's change (the status of each start and stop) wakes the bookings whose
     // notifications follow its group's state.
     let notified = {
-        let (ctx, store) = (ctx.clone(), bookings_store.clone());
+        let ctx = ctx.clone();
         futures::StreamExt::flat_map(notification_resource_events, move |r| {
             futures::stream::iter(crate::triggers::notified_by(
                 &ctx.caches.index,
-                &store,
                 &r,
                 ctx.now(),
             ))
         })
     };
-    let notification_controller =
-        Controller::for_shared_stream(notification_events, bookings_store)
-            .with_config(config)
-            .reconcile_on(futures::stream::select(notified, notification_wakeups));
+    let notification_triggers = futures::stream::select(
+        notification_events,
+        futures::stream::select(notified, notification_wakeups),
+    );
+    let concurrency = args.kube.max_concurrent_reconciles;
     async move {
         tokio::join!(
-            drive(
+            crate::queue::run(
                 "Booking",
-                booking_controller,
+                booking_triggers,
+                ctx.caches.index.clone(),
                 reconcile::booking::reconcile,
                 ctx.clone(),
+                concurrency,
                 stop()
             ),
             drive(
@@ -342,11 +346,13 @@ fn controllers(
                 ctx.clone(),
                 stop()
             ),
-            drive(
+            crate::queue::run(
                 "Notification",
-                notification_controller,
+                notification_triggers,
+                ctx.caches.index.clone(),
                 reconcile::notification::reconcile,
-                ctx,
+                ctx.clone(),
+                concurrency,
                 stop()
             ),
         );

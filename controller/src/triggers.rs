@@ -67,7 +67,6 @@ pub fn bookings_of(
 /// after each start and stop) wakes the notification reconciler for them.
 pub fn notified_by(
     index: &BookingIndex,
-    bookings: &kube::runtime::reflector::Store<Booking>,
     resource: &Resource,
     now: chrono::DateTime<chrono::Utc>,
 ) -> Vec<ObjectRef<Booking>> {
@@ -76,7 +75,7 @@ pub fn notified_by(
         .of_resource(&ObjectRef::from_obj(resource))
         .into_iter()
         .filter(|key| {
-            bookings.get(key).is_some_and(|b| {
+            index.get(key).is_some_and(|b| {
                 let follows = b.spec.notifications.iter().any(|n| {
                     n.wanted_events()
                         .iter()
@@ -336,14 +335,14 @@ mod tests {
         // A status-only change wakes the Resource, no booking.
         let (resources, bookings) = of_booking_change(
             &index,
-            index.apply(&booking("one", "a", "2031-01-10T10:00:00Z")),
+            index.apply(booking("one", "a", "2031-01-10T10:00:00Z")),
         );
         assert_eq!(resources, [key("a")]);
         assert!(bookings.is_empty());
         // Moving "one" from a to b wakes both Resources and every booking of both.
         let (mut resources, mut bookings) = of_booking_change(
             &index,
-            index.apply(&booking("one", "b", "2031-01-10T10:00:00Z")),
+            index.apply(booking("one", "b", "2031-01-10T10:00:00Z")),
         );
         resources.sort_by_key(|r| r.name.clone());
         bookings.sort_by_key(|b| b.name.clone());

@@ -53,29 +53,20 @@ pub async fn drive<K, F, Fut>(
                 // Called when the controller takes the object from its queue, before any of the
                 // reconciles taken with it runs: what a reconciler does before its first await
                 // (the Resource reconciler's turn to prepare a start) is done for all of them.
-                let key = retry_key(kind, obj.as_ref());
-                let reconciling = reconcile(obj, ctx.clone());
-                async move {
-                    let began = Instant::now();
-                    let result = reconciling.await;
-                    ctx.metrics.reconciled(kind, began.elapsed().as_secs_f64());
-                    if result.is_ok() {
-                        ctx.reconciled_ok(&key);
-                    }
-                    result
-                }
+                counted(
+                    kind,
+                    retry_key(kind, obj.as_ref()),
+                    reconcile(obj, ctx.clone()),
+                    ctx,
+                )
             },
             move |obj: Arc<K>, err: &Error, ctx: Arc<Context>| {
-                ctx.metrics.failed(kind, err.metric_label());
-                if err.is_conflict() {
-                    // Written from a read a newer version overtook: the watch brings that
-                    // version, and the reconcile runs again on it without a backoff.
-                    tracing::debug!(kind, error = %err, "status written from a stale read; again");
-                    return Action::requeue(CONFLICT_RETRY);
-                }
-                let delay = ctx.retry_after_failure(&retry_key(kind, obj.as_ref()));
-                tracing::warn!(kind, error = %err, retry_in = ?delay, "reconcile failed; retrying");
-                Action::requeue(delay)
+                Action::requeue(after_failure(
+                    kind,
+                    &retry_key(kind, obj.as_ref()),
+                    err,
+                    &ctx,
+                ))
             },
             ctx,
         )
@@ -83,10 +74,50 @@ pub async fn drive<K, F, Fut>(
         .await;
 }
 
-/// How soon a reconcile whose write met a newer version runs again.
-const CONFLICT_RETRY: std::time::Duration = std::time::Duration::from_millis(200);
+/// A reconcile of the object known to the backoff as `key`, counted and timed under `kind`; a
+/// success resets the object's backoff. Every controller's reconciles run through it.
+pub async fn counted(
+    kind: &'static str,
+    key: String,
+    reconciling: impl Future<Output = Result<Action>>,
+    ctx: Arc<Context>,
+) -> Result<Action> {
+    let began = Instant::now();
+    let result = reconciling.await;
+    ctx.metrics.reconciled(kind, began.elapsed().as_secs_f64());
+    if result.is_ok() {
+        ctx.reconciled_ok(&key);
+    }
+    result
+}
 
-fn retry_key<K: kube::Resource>(kind: &str, obj: &K) -> String {
+/// How soon the object known to the backoff as `key` is reconciled again after `err`: a write
+/// from a stale read at once (the watch brings the newer version), anything else after the
+/// context's backoff for that object. The failure is counted by its error's label.
+pub fn after_failure(
+    kind: &'static str,
+    key: &str,
+    err: &Error,
+    ctx: &Context,
+) -> std::time::Duration {
+    ctx.metrics.failed(kind, err.metric_label());
+    if err.is_conflict() {
+        // Written from a read a newer version overtook: the watch brings that version, and the
+        // reconcile runs again on it without a backoff.
+        tracing::debug!(kind, error = %err, "status written from a stale read; again");
+        return RETRY_SOON;
+    }
+    let delay = ctx.retry_after_failure(key);
+    tracing::warn!(kind, error = %err, retry_in = ?delay, "reconcile failed; retrying");
+    delay
+}
+
+/// How soon a reconcile that met a newer version of its object than it read (a write refused
+/// as a conflict, a fresh read that differs) runs again, should the watch not bring it first.
+pub const RETRY_SOON: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// The key of `obj` in the context's backoff.
+pub fn retry_key<K: kube::Resource>(kind: &str, obj: &K) -> String {
     let meta = obj.meta();
     format!(
         "{kind}/{}/{}",

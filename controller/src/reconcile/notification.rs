@@ -128,7 +128,7 @@ pub async fn reconcile(b: Arc<Booking>, ctx: Arc<Context>) -> Result<Action> {
     let (current, mut status, due) = match claimed(&ctx, &b, &slot, &seen, now).await? {
         Claimed::Ready(claimed) => *claimed,
         Claimed::Gone => return Ok(wakeups.requeue(b.as_ref(), None)),
-        Claimed::Changed => return Ok(Action::requeue(std::time::Duration::from_millis(200))),
+        Claimed::Changed => return Ok(Action::requeue(super::RETRY_SOON)),
     };
     // Who created the booking, from the fresh read (the cache keeps no annotations).
     let creator = booking_shared::validation::requested_by(&current.metadata);
