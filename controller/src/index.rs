@@ -14,7 +14,7 @@ use std::sync::{Arc, RwLock};
 use booking_shared::api::{
     Booking, BookingPhase, BookingSpec, BookingStatus, Notification, Resource,
 };
-use booking_shared::time::Slot;
+use booking_shared::time::{Slot, format_rfc3339};
 use chrono::{DateTime, Utc};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::runtime::reflector::ObjectRef;
@@ -45,14 +45,47 @@ struct Member {
 /// of the object is kept (see `feeds::project_booking`).
 #[derive(Clone, Debug, PartialEq)]
 struct Rest {
-    uid: Option<Box<str>>,
+    uid: Option<Uid>,
     resource_version: Option<Box<str>>,
     generation: Option<i64>,
-    deletion: Option<(Time, Option<i64>)>,
-    start_at: Box<str>,
-    end_at: Box<str>,
+    /// The deletion timestamp and grace period (boxed: most bookings are not being deleted).
+    deletion: Option<Box<(Time, Option<i64>)>>,
+    /// `start_at` and `end_at` as written, kept only when they are not the canonical text of
+    /// the member's slot ([`format_rfc3339`]): most are, and are given back from the slot.
+    written: Option<Box<(Box<str>, Box<str>)>>,
     notifications: Box<[Notification]>,
     status: Option<Box<CachedStatus>>,
+}
+
+/// A booking's uid as cached: the 16 bytes of a UUID when its text is the canonical
+/// (lower-case, hyphenated) form the API server writes, the text itself otherwise.
+#[derive(Clone, Debug, PartialEq)]
+enum Uid {
+    Uuid(uuid::Bytes),
+    Text(Box<str>),
+}
+
+impl Uid {
+    fn of(text: String) -> Self {
+        match uuid::Uuid::try_parse(&text) {
+            Ok(u)
+                if *u
+                    .hyphenated()
+                    .encode_lower(&mut uuid::Uuid::encode_buffer())
+                    == *text =>
+            {
+                Self::Uuid(u.into_bytes())
+            }
+            _ => Self::Text(text.into_boxed_str()),
+        }
+    }
+
+    fn text(&self) -> String {
+        match self {
+            Self::Uuid(bytes) => uuid::Uuid::from_bytes(*bytes).hyphenated().to_string(),
+            Self::Text(text) => text.to_string(),
+        }
+    }
 }
 
 /// A booking's status as cached: its lists boxed to their length, its conditions compact
@@ -78,17 +111,61 @@ struct CachedCondition {
 
 /// The four texts of a condition, interned: a type, status and reason come from a handful of
 /// values, and most conditions are shared by every booking of a Resource ("Resource … exists",
-/// "no earlier booking … overlaps this one"). Freed with the last condition that holds it.
+/// "no earlier booking … overlaps this one"). A message that names its own booking ("b-1 is
+/// SCHEDULED") is kept with that name cut out (`name_at`: where it goes back), so that it is
+/// shared too. Freed with the last condition that holds it.
 #[derive(Debug, PartialEq, Eq, Hash)]
 struct CondText {
     type_: Box<str>,
     status: Box<str>,
     reason: Box<str>,
     message: Box<str>,
+    name_at: Option<u32>,
+}
+
+impl CondText {
+    /// The texts of `c`, a condition of booking `name`.
+    fn of(c: Condition, name: &str) -> Self {
+        let cut = (!name.is_empty())
+            .then(|| c.message.find(name))
+            .flatten()
+            .and_then(|at| Some((at, u32::try_from(at).ok()?)));
+        let (message, name_at) = match cut {
+            Some((at, at32)) => {
+                let mut m = c.message;
+                m.replace_range(at..at + name.len(), "");
+                (m, Some(at32))
+            }
+            None => (c.message, None),
+        };
+        Self {
+            type_: c.type_.into_boxed_str(),
+            status: c.status.into_boxed_str(),
+            reason: c.reason.into_boxed_str(),
+            message: message.into_boxed_str(),
+            name_at,
+        }
+    }
+
+    /// The message as written, for booking `name`.
+    fn message(&self, name: &str) -> String {
+        match self.name_at {
+            Some(at) => {
+                let at = at as usize;
+                let mut m = String::with_capacity(self.message.len() + name.len());
+                m.push_str(&self.message[..at]);
+                m.push_str(name);
+                m.push_str(&self.message[at..]);
+                m
+            }
+            None => self.message.to_string(),
+        }
+    }
 }
 
 impl CachedStatus {
-    fn of(s: BookingStatus) -> Self {
+    /// The status `s` of booking `name`.
+    fn of(s: BookingStatus, name: &str) -> Self {
         Self {
             phase: s.status,
             notification_sent: s.notification_sent,
@@ -101,22 +178,22 @@ impl CachedStatus {
             conditions: s
                 .conditions
                 .into_iter()
-                .map(|c| CachedCondition {
-                    text: internment::ArcIntern::new(CondText {
-                        type_: c.type_.into_boxed_str(),
-                        status: c.status.into_boxed_str(),
-                        reason: c.reason.into_boxed_str(),
-                        message: c.message.into_boxed_str(),
-                    }),
-                    last_transition_time: c.last_transition_time,
-                    observed_generation: c.observed_generation,
+                .map(|c| {
+                    let last_transition_time = c.last_transition_time.clone();
+                    let observed_generation = c.observed_generation;
+                    CachedCondition {
+                        text: internment::ArcIntern::new(CondText::of(c, name)),
+                        last_transition_time,
+                        observed_generation,
+                    }
                 })
                 .collect(),
             observed_generation: s.observed_generation,
         }
     }
 
-    fn status(&self) -> BookingStatus {
+    /// The status as delivered, of booking `name`.
+    fn status(&self, name: &str) -> BookingStatus {
         BookingStatus {
             status: self.phase,
             notification_sent: self.notification_sent,
@@ -133,7 +210,7 @@ impl CachedStatus {
                     type_: c.text.type_.to_string(),
                     status: c.text.status.to_string(),
                     reason: c.text.reason.to_string(),
-                    message: c.text.message.to_string(),
+                    message: c.text.message(name),
                     last_transition_time: c.last_transition_time.clone(),
                     observed_generation: c.observed_generation,
                 })
@@ -144,14 +221,19 @@ impl CachedStatus {
 }
 
 impl Member {
-    /// The member of booking `b`, which it consumes.
-    fn of(b: Booking) -> Self {
+    /// The member of booking `b` named `name`, which it consumes.
+    fn of(b: Booking, name: &str) -> Self {
         let view = BookingView::of(&b);
         let Booking {
             metadata,
             spec,
             status,
         } = b;
+        let canonical = view.slot.as_ref().is_ok_and(|slot| {
+            format_rfc3339(slot.start) == spec.start_at && format_rfc3339(slot.end) == spec.end_at
+        });
+        let written = (!canonical)
+            .then(|| Box::new((spec.start_at.into_boxed_str(), spec.end_at.into_boxed_str())));
         Self {
             created: view.created,
             user: view.user.into_boxed_str(),
@@ -159,16 +241,15 @@ impl Member {
             deleting: view.deleting,
             in_progress: status.as_ref().and_then(|s| s.status) == Some(BookingPhase::InProgress),
             rest: Box::new(Rest {
-                uid: metadata.uid.map(String::into_boxed_str),
+                uid: metadata.uid.map(Uid::of),
                 resource_version: metadata.resource_version.map(String::into_boxed_str),
                 generation: metadata.generation,
                 deletion: metadata
                     .deletion_timestamp
-                    .map(|t| (t, metadata.deletion_grace_period_seconds)),
-                start_at: spec.start_at.into_boxed_str(),
-                end_at: spec.end_at.into_boxed_str(),
+                    .map(|t| Box::new((t, metadata.deletion_grace_period_seconds))),
+                written,
                 notifications: spec.notifications.into_boxed_slice(),
-                status: status.map(|s| Box::new(CachedStatus::of(s))),
+                status: status.map(|s| Box::new(CachedStatus::of(s, name))),
             }),
             listed: 0,
         }
@@ -177,27 +258,33 @@ impl Member {
     /// The booking this member was made of (as `feeds::project_booking` left it).
     fn booking(&self, ns: &str, name: &str, resource: &str) -> Booking {
         let rest = &*self.rest;
+        let (start_at, end_at) = match (&rest.written, &self.slot) {
+            (Some(written), _) => (written.0.to_string(), written.1.to_string()),
+            (None, Ok(slot)) => (format_rfc3339(slot.start), format_rfc3339(slot.end)),
+            // Not kept only when the slot is valid.
+            (None, Err(_)) => (String::new(), String::new()),
+        };
         let mut b = Booking::new(
             name,
             BookingSpec {
                 resource_name: resource.to_owned(),
-                start_at: rest.start_at.to_string(),
-                end_at: rest.end_at.to_string(),
+                start_at,
+                end_at,
                 user_id: self.user.to_string(),
                 notifications: rest.notifications.to_vec(),
             },
         );
         let meta = &mut b.metadata;
         meta.namespace = Some(ns.to_owned());
-        meta.uid = rest.uid.as_deref().map(str::to_owned);
+        meta.uid = rest.uid.as_ref().map(Uid::text);
         meta.resource_version = rest.resource_version.as_deref().map(str::to_owned);
         meta.generation = rest.generation;
         meta.creation_timestamp = self.created.map(booking_shared::time::to_kube_time);
-        if let Some((at, grace)) = &rest.deletion {
-            meta.deletion_timestamp = Some(at.clone());
-            meta.deletion_grace_period_seconds = *grace;
+        if let Some(deletion) = &rest.deletion {
+            meta.deletion_timestamp = Some(deletion.0.clone());
+            meta.deletion_grace_period_seconds = deletion.1;
         }
-        b.status = rest.status.as_ref().map(|s| s.status());
+        b.status = rest.status.as_ref().map(|s| s.status(name));
         b
     }
 
@@ -243,7 +330,8 @@ fn parse(mut b: Booking) -> Option<(String, String, String, Member)> {
     let ns = b.metadata.namespace.take()?;
     let name = b.metadata.name.take()?;
     let resource = std::mem::take(&mut b.spec.resource_name);
-    Some((ns, name, resource, Member::of(b)))
+    let member = Member::of(b, &name);
+    Some((ns, name, resource, member))
 }
 
 /// The bookings of one namespace. Names are stored as shared or boxed strings, not as
@@ -663,6 +751,44 @@ mod tests {
         idx.each_phase(|p| phases.push(p));
         phases.sort_by_key(|p| p.is_some());
         assert_eq!(phases, vec![None, Some(BookingPhase::Scheduled)]);
+    }
+
+    /// What the index keeps in a shorter form comes back as written: a uid that is not the
+    /// canonical UUID text, times in their canonical text and not, a slot that does not parse,
+    /// and a message naming its booking more than once or not at all.
+    #[test]
+    fn compact_forms_come_back_as_written() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+        let json = |b: Option<Booking>| serde_json::to_value(b).unwrap();
+        let idx = BookingIndex::default();
+        let cases = [
+            ("0B0C5E0E-5B1A-4A4E-9D0A-1F2E3D4C5B6A", S, E, "b is b"),
+            ("0b0c5e0e5b1a4a4e9d0a1f2e3d4c5b6a", S, E, "none of its name"),
+            ("not-a-uuid", "2031-01-10T10:00:00.000Z", E, ""),
+            ("0b0c5e0e-5b1a-4a4e-9d0a-1f2e3d4c5b6a", "tomorrow", E, "b"),
+            ("", E, S, "end before start: b"),
+        ];
+        for (uid, start, end, message) in cases {
+            let mut b = booking("b", "r1", start, end);
+            b.metadata.uid = Some(uid.into());
+            b.status = Some(BookingStatus {
+                conditions: vec![Condition {
+                    type_: "Ready".into(),
+                    status: "False".into(),
+                    reason: "Invalid".into(),
+                    message: message.into(),
+                    last_transition_time: booking_shared::time::to_kube_time(S.parse().unwrap()),
+                    observed_generation: None,
+                }],
+                ..Default::default()
+            });
+            idx.apply(b.clone());
+            assert_eq!(
+                json(idx.get(&ObjectRef::new("b").within("ns"))),
+                json(Some(b)),
+                "{uid} {start} {end} {message}"
+            );
+        }
     }
 
     /// A relist applies each booking as it comes, removes at its end the bookings it did not
