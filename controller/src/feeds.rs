@@ -6,9 +6,12 @@
 
 use std::sync::Arc;
 
-use booking_shared::api::{Booking, BookingScheduler, Resource};
+use booking_shared::api::{
+    Booking, BookingScheduler, BookingSpec, BookingStatus, Resource, watched_meta,
+};
 use futures::channel::mpsc;
-use futures::{Stream, StreamExt};
+use futures::{Stream, StreamExt, TryStreamExt};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::Api;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{WatchStreamExt, watcher};
@@ -43,30 +46,47 @@ fn strip_cached<K: kube::Resource>(obj: &mut K) {
     }
 }
 
-/// What the booking index keeps of a Booking: its spec and status, and of its metadata only
-/// what the reconcilers read (name, namespace, uid, resourceVersion, generation, creation and
-/// deletion timestamps). Labels, annotations, owner references and finalizers are never read
-/// from the cache: the scheduler lists its own bookings by label from the API server, and the
-/// requested-by annotation that phase Events and notifications name the booking's creator by is
-/// read from the booking as the status write returns it or as read fresh before a send (one
-/// annotation costs a whole map node, about 640 bytes, per cached booking). The status writer
-/// patches `status` alone, so nothing dropped here can be written back. This is the projection
-/// that keeps the controller's memory per booking small; the index stores it compact, its
-/// condition texts interned.
-fn project_booking(b: &mut Booking) {
-    let meta = &mut b.metadata;
-    meta.managed_fields = None;
-    meta.annotations = None;
-    meta.labels = None;
-    meta.owner_references = None;
-    meta.finalizers = None;
-    meta.generate_name = None;
-    meta.self_link = None;
-    if let Some(status) = b.status.as_mut() {
-        // Decoded lists grow by doubling (three conditions take room for four, about 130 bytes
-        // each): a cached status keeps room for what it holds only.
-        status.conditions.shrink_to_fit();
-        status.notifications_sent.shrink_to_fit();
+/// A Booking as the controller's watch reads it: its spec and status, and of its metadata only
+/// what the reconcilers read ([`watched_meta`]: name, namespace, uid, resourceVersion,
+/// generation, creation and deletion timestamps). managedFields, labels, annotations, owner
+/// references and finalizers are skipped unread by the decoder, so that a list page holds 500
+/// bookings at the size the index keeps, not with the maps of their managedFields. Labels and
+/// annotations are never read from the cache: the scheduler lists its own bookings by label
+/// from the API server, and the requested-by annotation that phase Events and notifications
+/// name the booking's creator by is read from the booking as the status write returns it or as
+/// read fresh before a send. The status writer patches `status` alone, so nothing left unread
+/// here can be written back. The index stores it compact, its condition texts interned.
+#[derive(Clone, Debug, serde::Deserialize)]
+pub struct WatchedBooking {
+    #[serde(deserialize_with = "watched_meta")]
+    metadata: ObjectMeta,
+    spec: BookingSpec,
+    #[serde(default)]
+    status: Option<BookingStatus>,
+}
+
+booking_shared::watched_resource!(WatchedBooking, Booking);
+
+impl From<WatchedBooking> for Booking {
+    fn from(w: WatchedBooking) -> Self {
+        // The index keeps the status's lists as boxed slices of their length.
+        Booking {
+            metadata: w.metadata,
+            spec: w.spec,
+            status: w.status,
+        }
+    }
+}
+
+/// A watch event of the projection, as the Booking it holds.
+fn booking_event(ev: watcher::Event<WatchedBooking>) -> watcher::Event<Booking> {
+    use watcher::Event;
+    match ev {
+        Event::Apply(b) => Event::Apply(b.into()),
+        Event::Delete(b) => Event::Delete(b.into()),
+        Event::InitApply(b) => Event::InitApply(b.into()),
+        Event::Init => Event::Init,
+        Event::InitDone => Event::InitDone,
     }
 }
 
@@ -134,9 +154,9 @@ impl Feeds {
         // booking missing from it would read as "no booking" and stop a held group.
         let booking_wc = wc.clone().list_semantic(watcher::ListSemantic::MostRecent);
         let bookings_feed = booking_feed(
-            watcher(api(client, ns), booking_wc)
+            watcher(api::<WatchedBooking>(client, ns), booking_wc)
                 .default_backoff()
-                .modify(project_booking),
+                .map_ok(booking_event),
             index.clone(),
             wakeups.clone(),
             booking_subscribers,
@@ -177,8 +197,7 @@ impl Feeds {
 }
 
 /// A watch of `api` feeding `writer`'s cache, with kube's default backoff; `project` drops from
-/// each object what no reconciler reads before it is cached ([`strip_cached`],
-/// [`project_booking`]).
+/// each object what no reconciler reads before it is cached ([`strip_cached`]).
 fn cached_watch<K>(
     writer: kube::runtime::reflector::store::Writer<K>,
     api: Api<K>,
@@ -363,39 +382,30 @@ fn resource_feed(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use booking_shared::api::BookingSpec;
     use booking_shared::validation::REQUESTED_BY_ANNOTATION;
 
     #[test]
-    fn the_cached_booking_keeps_what_reconcilers_read_and_no_annotation() {
-        let mut b = Booking::new("b", BookingSpec::default());
-        b.metadata.namespace = Some("team".into());
-        b.metadata.annotations = Some(
-            [
-                (REQUESTED_BY_ANNOTATION.to_owned(), "ann".to_owned()),
-                (
-                    "kubectl.kubernetes.io/last-applied-configuration".to_owned(),
-                    "{}".to_owned(),
-                ),
-            ]
-            .into(),
-        );
-        b.metadata.labels = Some([("app".to_owned(), "etl".to_owned())].into());
-        b.metadata.finalizers = Some(vec!["x".into()]);
-        project_booking(&mut b);
-        assert_eq!(b.metadata.annotations, None);
-        assert_eq!(b.metadata.labels, None);
-        assert_eq!(b.metadata.finalizers, None);
-        assert_eq!(b.metadata.namespace.as_deref(), Some("team"));
-
-        // A status decoded from the bytes the API server sends (three conditions) keeps room
-        // for three only.
+    fn the_watched_booking_keeps_what_reconcilers_read_and_no_annotation() {
+        // A booking as the API server sends it: annotations, labels, finalizers and
+        // managedFields besides what the reconcilers read; a status of three conditions.
         let sent = serde_json::json!({
             "apiVersion": "manager.kotaico.de/v1", "kind": "Booking",
-            "metadata": {"name": "d", "namespace": "team"},
+            "metadata": {
+                "name": "d", "namespace": "team", "uid": "0a1b2c3d-1111-4222-8333-0123456789ab",
+                "resourceVersion": "42", "generation": 3,
+                "creationTimestamp": "2026-12-03T09:00:00Z",
+                "annotations": {
+                    REQUESTED_BY_ANNOTATION: "ann",
+                    "kubectl.kubernetes.io/last-applied-configuration": "{}",
+                },
+                "labels": {"app": "etl"},
+                "finalizers": ["x"],
+                "managedFields": [{"manager": "kubectl", "operation": "Update",
+                    "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {".": {}}}}],
+            },
             "spec": {"resource_name": "ec2.etl", "start_at": "2026-12-03T11:00:00Z",
-                     "end_at": "2026-12-03T12:00:00Z"},
-            "status": {"conditions": [
+                     "end_at": "2026-12-03T12:00:00Z", "user_id": "ann"},
+            "status": {"status": "SCHEDULED", "conditions": [
                 {"type": "Ready", "status": "True", "reason": "Scheduled", "message": "m",
                  "lastTransitionTime": "2026-12-03T10:00:00Z"},
                 {"type": "Conflict", "status": "False", "reason": "NoConflict", "message": "m",
@@ -405,14 +415,28 @@ mod tests {
             ]},
         })
         .to_string();
-        let mut decoded: Booking = serde_json::from_str(&sent).unwrap();
-        project_booking(&mut decoded);
-        let conditions = &decoded.status.as_ref().unwrap().conditions;
-        assert_eq!((conditions.len(), conditions.capacity()), (3, 3));
+        let whole: Booking = serde_json::from_str(&sent).unwrap();
+        let watched: WatchedBooking = serde_json::from_str(&sent).unwrap();
+        let b = Booking::from(watched);
 
-        let mut anonymous = Booking::new("c", BookingSpec::default());
-        anonymous.metadata.annotations = Some([("a".to_owned(), "b".to_owned())].into());
-        project_booking(&mut anonymous);
-        assert_eq!(anonymous.metadata.annotations, None);
+        // Spec and status as sent; of the metadata, what the reconcilers read.
+        assert_eq!((&b.spec, &b.status), (&whole.spec, &whole.status));
+        let meta = &b.metadata;
+        assert_eq!(meta.name, whole.metadata.name);
+        assert_eq!(meta.namespace, whole.metadata.namespace);
+        assert_eq!(meta.uid, whole.metadata.uid);
+        assert_eq!(meta.resource_version, whole.metadata.resource_version);
+        assert_eq!(meta.generation, Some(3));
+        assert_eq!(meta.creation_timestamp, whole.metadata.creation_timestamp);
+        assert_eq!(meta.annotations, None);
+        assert_eq!(meta.labels, None);
+        assert_eq!(meta.finalizers, None);
+        assert_eq!(meta.managed_fields, None);
+
+        // It lists and watches the Bookings' endpoint.
+        assert_eq!(
+            <WatchedBooking as kube::Resource>::url_path(&(), Some("team")),
+            <Booking as kube::Resource>::url_path(&(), Some("team"))
+        );
     }
 }

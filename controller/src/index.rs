@@ -42,7 +42,7 @@ struct Member {
 
 /// The rest of a cached booking, besides its arbitration view: what the reconcilers read of
 /// its metadata, its timestamps as written, its notifications and its status. Nothing else
-/// of the object is kept (see `feeds::project_booking`).
+/// of the object is kept (see `feeds::WatchedBooking`).
 #[derive(Clone, Debug, PartialEq)]
 struct Rest {
     uid: Option<Uid>,
@@ -255,7 +255,7 @@ impl Member {
         }
     }
 
-    /// The booking this member was made of (as `feeds::project_booking` left it).
+    /// The booking this member was made of (as `feeds::WatchedBooking` left it).
     fn booking(&self, ns: &str, name: &str, resource: &str) -> Booking {
         let rest = &*self.rest;
         let (start_at, end_at) = match (&rest.written, &self.slot) {
@@ -591,7 +591,7 @@ impl BookingIndex {
         change
     }
 
-    /// Booking `key` as the watch last delivered it (what `feeds::project_booking` keeps).
+    /// Booking `key` as the watch last delivered it (what `feeds::WatchedBooking` keeps).
     pub fn get(&self, key: &ObjectRef<Booking>) -> Option<Booking> {
         let ns = key.namespace.as_deref()?;
         let inner = self.read();

@@ -100,12 +100,14 @@ mod calendar;
 mod monitor;
 mod resource;
 mod scheduler;
+mod watched;
 
 pub use booking::*;
 pub use calendar::*;
 pub use monitor::*;
 pub use resource::*;
 pub use scheduler::*;
+pub use watched::watched_meta;
 
 // ---------------------------------------------------------------------------------------------
 // Schema helpers

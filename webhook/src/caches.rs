@@ -1,27 +1,27 @@
 //! The watches that feed the webhook's caches: every Booking of the cluster into the overlap
 //! index, every Resource into a kube-runtime reflector store.
 //!
-//! The booking watch reads each Booking as a [`WatchedBooking`]: only what the index keeps
-//! (names, deletion mark, resourceVersion, the spec's Resource, user and times), the rest of
-//! the object (managedFields, status, annotations, notifications) skipped unread, so that a
-//! list of 100,000 Bookings costs the index's entries and one page of objects at a time.
+//! The booking watch reads each Booking as a [`WatchedBooking`]: the metadata every watch of
+//! the project reads ([`watched_meta`]: names, uid, resourceVersion, generation, creation and
+//! deletion marks) and the spec's Resource, user and times; the rest of the object
+//! (managedFields, status, annotations, notifications) is skipped unread, so that a list of
+//! 100,000 Bookings costs the index's entries and one page of objects at a time.
 //!
 //! The booking watch follows kube-runtime's reflector semantics: the objects of an initial list
 //! (or of a relist after the watch was interrupted) are buffered and swapped into the index at
 //! once when the list is complete, so the index never shows a half-listed cluster. The webhook
 //! reports ready only after both initial lists.
 
-use std::{borrow::Cow, sync::Arc};
+use std::sync::Arc;
 
 use booking_shared::{
-    api::{Booking, Resource},
+    api::{Booking, Resource, watched_meta},
     overlap::{BookingFields, IndexedBooking, Listed},
 };
 use futures::StreamExt;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::{
     Api, Client,
-    core::NamespaceResourceScope,
     runtime::{
         WatchStreamExt,
         reflector::{self, Store, reflector, store::Writer},
@@ -35,13 +35,14 @@ use tokio::sync::watch;
 use crate::state::State;
 use booking_shared::ops::stopped;
 
-/// What the booking watch reads of a Booking: the metadata the watch and the index need and the
-/// spec's fields the index keeps; everything else is skipped unread. It is the Booking's API
+/// What the booking watch reads of a Booking: the metadata watches read ([`watched_meta`]; the
+/// index uses the names and the deletion mark) and the spec's fields the index keeps;
+/// everything else is skipped unread. It is the Booking's API
 /// resource (group, version, kind, plural) for kube's watcher.
 #[derive(Clone, Debug, Deserialize)]
 pub struct WatchedBooking {
-    /// Name, namespace, resourceVersion (which the watcher resumes from) and
-    /// deletionTimestamp; the other fields of the object's metadata are not read.
+    /// What watches read of an object's metadata ([`watched_meta`]): the index reads name,
+    /// namespace and deletionTimestamp, the watcher resumes from resourceVersion.
     #[serde(deserialize_with = "watched_meta")]
     pub metadata: ObjectMeta,
     /// The spec's fields the index keeps.
@@ -62,51 +63,7 @@ pub struct WatchedSpec {
     pub user_id: String,
 }
 
-fn watched_meta<'de, D: serde::Deserializer<'de>>(d: D) -> Result<ObjectMeta, D::Error> {
-    #[derive(Deserialize)]
-    #[serde(rename_all = "camelCase")]
-    struct Meta {
-        name: Option<String>,
-        namespace: Option<String>,
-        resource_version: Option<String>,
-        deletion_timestamp: Option<Time>,
-    }
-    let m = Meta::deserialize(d)?;
-    Ok(ObjectMeta {
-        name: m.name,
-        namespace: m.namespace,
-        resource_version: m.resource_version,
-        deletion_timestamp: m.deletion_timestamp,
-        ..ObjectMeta::default()
-    })
-}
-
-impl kube::Resource for WatchedBooking {
-    type DynamicType = ();
-    type Scope = NamespaceResourceScope;
-
-    fn kind(dt: &()) -> Cow<'_, str> {
-        Booking::kind(dt)
-    }
-    fn group(dt: &()) -> Cow<'_, str> {
-        Booking::group(dt)
-    }
-    fn version(dt: &()) -> Cow<'_, str> {
-        Booking::version(dt)
-    }
-    fn api_version(dt: &()) -> Cow<'_, str> {
-        Booking::api_version(dt)
-    }
-    fn plural(dt: &()) -> Cow<'_, str> {
-        Booking::plural(dt)
-    }
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
+booking_shared::watched_resource!(WatchedBooking, Booking);
 
 /// A watched object the index reads: the Booking the webhook's watch delivers
 /// ([`WatchedBooking`]), or a whole [`Booking`].
