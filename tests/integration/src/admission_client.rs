@@ -74,9 +74,20 @@ pub async fn h2(addr: SocketAddr, config: Arc<rustls::ClientConfig>) -> Result<H
     Ok(H2 { sender })
 }
 
+/// How long [`H2::post`] and [`h1_post`] wait for their whole answer. A connection the server
+/// closed right after the TLS handshake (a refused client certificate) can leave hyper's sender
+/// waiting for a connection that is gone: that is no answer, and is reported as such instead of
+/// hanging the test.
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(30);
+
 impl H2 {
-    /// POSTs `body` to `path` on a new stream; the status and the whole answer.
+    /// POSTs `body` to `path` on a new stream; the status and the whole answer, or an error when
+    /// none comes within [`ANSWER_TIMEOUT`].
     pub async fn post(&self, path: &str, body: Bytes) -> Result<(u16, Bytes), String> {
+        answered_within(self.post_untimed(path, body)).await
+    }
+
+    async fn post_untimed(&self, path: &str, body: Bytes) -> Result<(u16, Bytes), String> {
         let mut sender = self.sender.clone();
         sender.ready().await.map_err(|e| e.to_string())?;
         let req = http::Request::post(format!("https://127.0.0.1{path}"))
@@ -95,8 +106,27 @@ impl H2 {
     }
 }
 
-/// One HTTP/1.1 request over a new TLS connection (ALPN http/1.1): the status and the answer.
+/// `answer`, or an error when it does not come within [`ANSWER_TIMEOUT`].
+async fn answered_within(
+    answer: impl std::future::Future<Output = Result<(u16, Bytes), String>>,
+) -> Result<(u16, Bytes), String> {
+    tokio::time::timeout(ANSWER_TIMEOUT, answer)
+        .await
+        .map_err(|_| format!("no answer within {ANSWER_TIMEOUT:?}"))?
+}
+
+/// One HTTP/1.1 request over a new TLS connection (ALPN http/1.1): the status and the answer, or
+/// an error when none comes within [`ANSWER_TIMEOUT`].
 pub async fn h1_post(
+    addr: SocketAddr,
+    config: Arc<rustls::ClientConfig>,
+    path: &str,
+    body: Bytes,
+) -> Result<(u16, Bytes), String> {
+    answered_within(h1_post_untimed(addr, config, path, body)).await
+}
+
+async fn h1_post_untimed(
     addr: SocketAddr,
     config: Arc<rustls::ClientConfig>,
     path: &str,
