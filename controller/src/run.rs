@@ -100,9 +100,11 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         });
     }
 
-    let client = kube::Client::try_default()
+    let config = kube::Config::infer()
         .await
         .context("no Kubernetes configuration (in-cluster or KUBECONFIG)")?;
+    let client =
+        booking_shared::client::client(config).context("building the Kubernetes client")?;
     let sdk = load_config(
         args.aws.assume_role_arn.as_deref(),
         args.aws.retry_mode == RetryMode::Adaptive,

@@ -307,7 +307,7 @@ async fn only_400_403_and_422_refuse_a_fire_for_good() {
     .unwrap();
     config.default_retry = false;
     let through_proxy = Cluster {
-        client: kube::Client::try_from(config).expect("a client through the proxy"),
+        client: booking_shared::client::client(config).expect("a client through the proxy"),
         ns: c.ns.clone(),
         kubeconfig: proxy.kubeconfig_path().to_path_buf(),
     };

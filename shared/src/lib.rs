@@ -13,6 +13,7 @@
 //! - [`arbitration`]: which booking of a Resource holds it (first created wins), over the same
 //!   structure; the controller's decision, the webhook's admission rule in its strict form.
 //! - [`names`]: names and label values shortened with a hash suffix.
+//! - `client` (feature `client`): the Kubernetes API client of every binary, its pool bounded.
 //! - `ops` (feature `ops`): the admin port and the shutdown signal of both binaries.
 //! - `heap` (feature `ops`): both binaries' allocator (jemalloc) and its live-heap metrics.
 //!
@@ -22,6 +23,8 @@
 pub mod api;
 pub mod arbitration;
 pub mod claims;
+#[cfg(feature = "client")]
+pub mod client;
 pub mod crd;
 #[cfg(feature = "ops")]
 pub mod heap;

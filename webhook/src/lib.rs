@@ -118,7 +118,7 @@ async fn client() -> anyhow::Result<kube::Client> {
     // watch from the watchers, which retry with their own backoff and report every failure
     // (see caches::run_booking_watch).
     config.default_retry = false;
-    kube::Client::try_from(config).context("building the Kubernetes client")
+    booking_shared::client::client(config).context("building the Kubernetes client")
 }
 
 /// The webhook's state from its settings.

@@ -64,7 +64,7 @@ impl Conn {
             .namespace
             .clone()
             .unwrap_or_else(|| config.default_namespace.clone());
-        let client = kube::Client::try_from(config)
+        let client = booking_shared::client::client(config)
             .map_err(|e| Error::Kubeconfig(format!("cannot build a Kubernetes client: {e}")))?;
         Ok(Self {
             client,

@@ -613,7 +613,7 @@ pub async fn client_from(
         config.auth_info.impersonate_groups =
             Some(groups.iter().map(|g| (*g).to_owned()).collect());
     }
-    kube::Client::try_from(config).map_err(|e| err(&e))
+    booking_shared::client::client(config).map_err(|e| err(&e))
 }
 
 /// Writes a CA, the API server's serving certificate, the admin client certificate (group

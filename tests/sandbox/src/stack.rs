@@ -707,7 +707,7 @@ pub async fn kube_client(kubeconfig: &Path) -> Result<kube::Client> {
     let config =
         kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
             .await?;
-    let client = kube::Client::try_from(config)?;
+    let client = booking_shared::client::client(config)?;
     client.apiserver_version().await?;
     Ok(client)
 }
