@@ -570,12 +570,22 @@ async fn suspend_stops_fires_and_resume_books_only_within_the_deadline() {
         events(&e, "paused", "MissedFire").await.is_empty(),
         "no missed fire is warned about for a suspension"
     );
-    let table = kubectl_get_bks(&e).await;
-    println!("kubectl get bks (resumed):\n{table}");
-    assert!(
-        table.contains(&booking_of("paused", held)),
-        "LAST BOOKING: {table}"
-    );
+    // The scheduler records the booking in its status in a write of its own, after the create.
+    let held_name = booking_of("paused", held);
+    wait_for(
+        "LAST BOOKING names the held fire",
+        Duration::from_secs(10),
+        || async {
+            let table = kubectl_get_bks(&e).await;
+            if table.contains(&held_name) {
+                println!("kubectl get bks (resumed):\n{table}");
+                Ok(())
+            } else {
+                Err(table)
+            }
+        },
+    )
+    .await;
     controller.stop().expect("stop");
 }
 
