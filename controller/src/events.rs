@@ -438,24 +438,8 @@ mod tests {
             series_key(&reference("u1"), None, false, "Started", "Start", "n")
         );
         // A Warning's note is not part of its key: its retries are one series.
-        assert_eq!(
-            series_key(
-                &reference("u1"),
-                None,
-                true,
-                "StartFailed",
-                "Start",
-                "request a"
-            ),
-            series_key(
-                &reference("u1"),
-                None,
-                true,
-                "StartFailed",
-                "Start",
-                "request b"
-            )
-        );
+        let failed = |note| series_key(&reference("u1"), None, true, "StartFailed", "Start", note);
+        assert_eq!(failed("request a"), failed("request b"));
         // The same occurrence has the same key.
         assert_eq!(
             base,
