@@ -415,6 +415,11 @@ impl ControlPlane {
         format!("https://127.0.0.1:{}", self.port)
     }
 
+    /// The API server's secure port on 127.0.0.1.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
     /// etcd's client URL.
     pub fn etcd_url(&self) -> &str {
         &self.etcd_url

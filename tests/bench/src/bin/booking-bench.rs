@@ -1536,13 +1536,7 @@ mod controller {
         results.insert("controller_rss_mib_10k_bookings".into(), round3(rss));
         // Its connections to the API server then: the watches, and what the pool kept of the
         // bursts of writes.
-        let api_port: u16 = server
-            .plane
-            .url()
-            .rsplit_once(':')
-            .and_then(|(_, p)| p.parse().ok())
-            .context("the API server's port")?;
-        let connections = sys::connections_to(pid, api_port)?;
+        let connections = sys::connections_to(pid, server.plane.port())?;
         eprintln!("controller: {connections} connections to the API server when idle");
         results.insert(
             "controller_api_connections_idle_10k".into(),
